@@ -77,8 +77,9 @@ def demo(outputs: str | Path = "") -> list[Path]:
     folders = []
     for name in ("tiny-dense", "tiny-moe"):
         model = load_model(name)
-        with testbed.start(name, urlsplit(model.endpoint).port, api_key=model.api_key()):
-            folders.append(run_notebook("decode", {"model": name}, outputs))
+        port = testbed.pick_port(urlsplit(model.endpoint).port)  # its own port may be taken by a test
+        with testbed.start(name, port, api_key=model.api_key()) as server:
+            folders.append(run_notebook("decode", {"model": name, "endpoint": server.url}, outputs))
     return folders
 
 

@@ -198,6 +198,9 @@ class Endpoint:
                                 f"{len(done.chunk_times)} chunks.") from None
         except openai.APIStatusError as e:
             raise EndpointError(f"{self.url} refused the request ({e.status_code}): {_message(e)}") from None
+        except openai.APIError as e:  # an error event inside a stream that had started well
+            raise EndpointError(f"{self.url} failed the request after {len(done.chunk_times)} chunks: "
+                                f"{e.message}") from None
         if done.finish_reason is None:  # a clean end of the connection can still cut an answer short
             raise EndpointError(f"Lost the connection to {self.url}: the stream ended without a finish reason "
                                 f"after {len(done.chunk_times)} chunks.")

@@ -115,7 +115,8 @@ def _memory(process: dict) -> str:
 # --- one measurement at a time ---------------------------------------------------------------------------
 
 def default_lock_path() -> Path:
-    return Path(tempfile.gettempdir()) / "sparknb-run.lock"
+    """One lock per machine; $SPARKNB_LOCK_FILE moves it (the test suite's own servers need no other)."""
+    return Path(os.environ.get("SPARKNB_LOCK_FILE") or Path(tempfile.gettempdir()) / "sparknb-run.lock")
 
 
 class RunLock:

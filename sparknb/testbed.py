@@ -30,6 +30,10 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 HOST = "127.0.0.1"
+# Lines after which the API process may linger although its engine is gone.
+ENGINE_FAILED = ("Engine core initialization failed", "Worker failed with error", "InductorError")
+# A compile cache cut short (a killed start) fails every later start until it is cleared.
+BROKEN_CACHE = ("file too short", "InductorError")
 STARTING_GRACE_S = 5.0
 MAX_MODEL_LEN = 16384
 NAMES = ("tiny-dense", "tiny-moe")
@@ -140,6 +144,11 @@ def _corpus() -> str:
             arg = rng.choice(_WORDS)
             lines.append(f"def {name}({arg}):\n    return {arg} + {rng.randint(0, 99)}")
     return "\n".join(lines) + "\n"
+
+
+def compile_cache(name: str) -> Path:
+    """vLLM's own cache (compiled graphs) for this model, apart from the user's and the other model's."""
+    return cache_root() / "vllm" / name
 
 
 def recipe_key(name: str) -> str:
@@ -329,6 +338,8 @@ class Server:
         while True:
             if self._process.poll() is not None:
                 self._fail(f"exited with code {self._process.returncode} before it was ready")
+            if any(line in self.log_tail(400) for line in ENGINE_FAILED):  # the API process lingers
+                self._fail("lost its engine while starting")
             if _get_status(f"{self.url}/models", self.api_key) == 200:
                 self.ready_after_s = time.monotonic() - self._launched_at
                 return self
@@ -411,6 +422,7 @@ def launch(name: str, port: int, *, api_key: str | None = None, log_path: Path |
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
     env.pop("VLLM_API_KEY", None)
+    env.setdefault("VLLM_CACHE_ROOT", str(compile_cache(name)))  # one per model: no two write the same files
     env["VLLM_CPU_OMP_THREADS_BIND"] = cpus or "nobind"
     if cpus is None:
         env["OMP_NUM_THREADS"] = "1"
@@ -424,10 +436,19 @@ def launch(name: str, port: int, *, api_key: str | None = None, log_path: Path |
 
 def start(name: str, port: int, *, api_key: str | None = None, log_path: Path | None = None,
           timeout: float = 900, extra_args: Sequence[str] = (), cpus: str | None = None) -> Server:
-    """Start and wait until it serves; the first start takes minutes (torch.compile)."""
-    server = launch(name, port, api_key=api_key, log_path=log_path, extra_args=extra_args,
-                    cpus=cpus)
-    return server.wait_ready(timeout)
+    """Start and wait until it serves; the first start takes minutes (torch.compile).
+
+    If the model's compile cache turns out broken, it is cleared and the start tried once more.
+    """
+    for attempt in (1, 2):
+        server = launch(name, port, api_key=api_key, log_path=log_path, extra_args=extra_args, cpus=cpus)
+        try:
+            return server.wait_ready(timeout)
+        except ServerError as e:
+            if attempt == 2 or not any(sign in str(e) + server.log_tail(400) for sign in BROKEN_CACHE):
+                raise
+            shutil.rmtree(compile_cache(name), ignore_errors=True)
+    raise AssertionError("unreachable")
 
 
 def serve_forever(name: str, port: int, api_key: str | None = None) -> None:

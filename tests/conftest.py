@@ -1,7 +1,7 @@
 """Session fixtures: the two tiny models, served by the real vLLM CPU server on 127.0.0.1.
 
-Both servers are launched together (compiling takes minutes, so they should overlap) and only if
-some collected test asks for them. A missing or broken vLLM makes the fixture fail, never skip.
+Each server is started only if some collected test asks for it, one after the other, since two
+first compiles at once can race in vLLM's compile cache. A missing or broken vLLM makes the fixture fail, never skip.
 """
 
 from __future__ import annotations
@@ -24,10 +24,22 @@ SERVERS = {
 }
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_run_lock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite measures only its own tiny servers: it takes its own run lock, not the machine's."""
+    previous = os.environ.get("SPARKNB_LOCK_FILE")
+    os.environ["SPARKNB_LOCK_FILE"] = str(tmp_path_factory.mktemp("lock") / "sparknb-run.lock")
+    yield
+    if previous is None:
+        os.environ.pop("SPARKNB_LOCK_FILE", None)
+    else:
+        os.environ["SPARKNB_LOCK_FILE"] = previous
+
+
 @pytest.fixture(scope="session")
 def _testbed_servers(request: pytest.FixtureRequest,
                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """Launch every server that some collected test needs, all at once, and stop them at the end."""
+    """Start every server that some collected test needs, and stop them at the end."""
     wanted = {fixture for item in request.session.items for fixture in item.fixturenames}
     logs = tmp_path_factory.mktemp("testbed-logs")
     launched: dict[str, testbed.Server] = {}
@@ -35,8 +47,8 @@ def _testbed_servers(request: pytest.FixtureRequest,
         for name, (fixture, port, key) in SERVERS.items():
             if fixture in wanted:
                 port = testbed.pick_port(port)
-                launched[name] = testbed.launch(name, port, api_key=key,
-                                                log_path=logs / f"{name}-{port}.log")
+                # One after the other: two first compiles at once can race in vLLM's compile cache.
+                launched[name] = testbed.start(name, port, api_key=key, log_path=logs / f"{name}-{port}.log")
         yield launched
     finally:
         for server in launched.values():

@@ -10,7 +10,7 @@ import pytest
 
 from sparknb import decode
 from sparknb.cli import main
-from sparknb.client import Endpoint
+from sparknb.client import Endpoint, EndpointError
 from sparknb.guard import GuardError
 from sparknb.params import load_model, project_root
 from sparknb.prompts import PromptMaker
@@ -171,7 +171,7 @@ def test_a_failure_halfway_keeps_every_record_taken(tmp_path, tiny_dense):
     maker = PromptMaker(study.endpoint.tokenize)
     good = maker.make(32)
     study.request({"n": 1}, lambda ep: ep.complete(good, max_tokens=8))
-    with pytest.raises(Exception, match="refused the request"):  # a token id no vocabulary has
+    with pytest.raises(EndpointError, match="out of vocabulary"):  # a token id no vocabulary has
         study.request({"n": 2}, lambda ep: ep.complete(good[:-1] + [10**8], max_tokens=8))
     records = read_records(study.run.path)
     assert [r["n"] for r in records] == [1, 2]
