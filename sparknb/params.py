@@ -6,11 +6,15 @@ Validated with pydantic so that a typo fails before any GPU time is spent, with 
 from __future__ import annotations
 
 import os
+import re
+import string
 from pathlib import Path
 from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .fingerprint import looks_secret
 
 
 class ParamsError(ValueError):
@@ -33,10 +37,79 @@ class Weights(Strict):
     source: str = Field(description="where these numbers come from, shown next to every limit")
 
 
+# The placeholders a lifecycle template may use; the API key is deliberately not one of them.
+TEMPLATE_FIELDS = ("python", "port", "host", "model", "name", "endpoint", "compile_cache")
+
+
 class Lifecycle(Strict):
-    """How a model is started and stopped; used by the test bed and the swap study."""
+    """How a model is started, stopped and known to be ready; used by the test bed and the swap study.
+
+    Three ways, one per model: `testbed` (the test bed's own vLLM command), `start` (your command,
+    e.g. `vllm serve ...` or `docker start -a ...`), or `sidecar` (a proxy such as llama-swap swaps
+    on demand: the request itself starts the model, and nothing is started or stopped here).
+    """
 
     testbed: Literal["tiny-dense", "tiny-moe"] | None = None
+    start: str | None = Field(None, min_length=1, description=(
+        "command template run without a shell, in its own process group; placeholders: "
+        + ", ".join("{" + p + "}" for p in TEMPLATE_FIELDS) + ". The API key goes through the "
+        "environment (VLLM_API_KEY, from api_key_env), never the command line"))
+    stop: str | None = Field(None, min_length=1, description="command template that stops the model; "
+                             "default: SIGTERM (then SIGKILL) to the process group that start made")
+    ready_url: str | None = Field(None, description="URL that answers 200 once the model serves; "
+                                  "default: {endpoint}/models")
+    ready_timeout_s: float = Field(900, gt=0, description="how long a start may take before it is "
+                                   "stopped and reported")
+    log: str | None = Field(None, description="file the server writes its log to, when it is not the "
+                            "start command's own output (which is captured)")
+    compile_cache: str | None = Field(None, description="the folder vLLM keeps compiled graphs in "
+                                      "(VLLM_CACHE_ROOT, default ~/.cache/vllm): checked before each "
+                                      "start, cleared when a study asks for a cold start")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for start; no secrets")
+    sidecar: bool = False
+
+    @model_validator(mode="after")
+    def _one_way(self) -> Lifecycle:
+        ways = [w for w, on in (("testbed", self.testbed), ("start", self.start), ("sidecar", self.sidecar)) if on]
+        if len(ways) > 1:
+            raise ValueError(f"choose one of testbed, start and sidecar, not {' and '.join(ways)}: a sidecar "
+                             "(llama-swap) starts models itself, a test-bed model has its own command")
+        if self.stop and not self.start:
+            raise ValueError("stop needs a start command; the test bed and a sidecar stop their own models")
+        for name in ("start", "stop", "ready_url", "log", "compile_cache"):
+            _check_template(name, getattr(self, name))
+        secret = [k for k in self.env if looks_secret(k)]
+        if secret:
+            raise ValueError(f"env names {secret}: secrets do not belong in params files. Export them in "
+                             "your shell; a started command inherits your environment")
+        return self
+
+    @property
+    def mode(self) -> str | None:
+        """testbed, command, sidecar, or None where the file says nothing about starting the model."""
+        if self.sidecar:
+            return "sidecar"
+        if self.testbed:
+            return "testbed"
+        return "command" if self.start else None
+
+
+def _check_template(field: str, template: str | None) -> None:
+    if not template:
+        return
+    if re.search(r"(?i)--api[-_]key|\{api_key", template):
+        raise ValueError(f"lifecycle.{field} puts an API key on the command line, where every user of the "
+                         "machine can read it; set api_key_env instead: the key then reaches the server as "
+                         "VLLM_API_KEY in its environment")
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError as e:
+        raise ValueError(f"lifecycle.{field} is not a valid template ({e}); write a literal brace as {{{{ or }}}}") from None
+    unknown = sorted({n for n in names if n not in TEMPLATE_FIELDS})
+    if unknown:
+        raise ValueError(f"lifecycle.{field} uses unknown placeholder(s) {unknown}; known: "
+                         + ", ".join("{" + p + "}" for p in TEMPLATE_FIELDS)
+                         + " (a literal brace, as in a JSON argument, is written {{ or }})")
 
 
 class ModelParams(Strict):
@@ -73,6 +146,20 @@ class HardwareParams(Strict):
                                                "leave empty where unknown and no limit is drawn")
     compute_capability: str | None = None
     source: str = Field(description="where the bandwidth figure comes from")
+
+
+class PromptSet(Strict):
+    """Named prompts of different kinds: speculative decoding gains depend on the text."""
+
+    name: str
+    prompts: dict[str, str] = Field(min_length=1, description="kind of prompt -> prompt text")
+
+    @model_validator(mode="after")
+    def _no_empty_prompt(self) -> PromptSet:
+        empty = [k for k, v in self.prompts.items() if not v.strip()]
+        if empty:
+            raise ValueError(f"empty prompt text for {empty}")
+        return self
 
 
 def project_root() -> Path:
@@ -114,3 +201,9 @@ def load_model(name_or_path: str) -> ModelParams:
 def load_hardware(name_or_path: str) -> HardwareParams:
     path, known = _locate(name_or_path, "hardware")
     return _read(path, HardwareParams, "hardware", known)  # type: ignore[return-value]
+
+
+def load_prompts(name_or_path: str) -> PromptSet:
+    """A prompt set by name (params/prompts/NAME.yaml) or by path to a YAML file."""
+    path, known = _locate(name_or_path, "prompts")
+    return _read(path, PromptSet, "prompt set", known)  # type: ignore[return-value]

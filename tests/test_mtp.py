@@ -1,0 +1,91 @@
+"""Speculative-decoding gain by prompt kind: real runs against the n-gram tiny-moe and the plain tiny-dense."""
+
+import json
+
+import nbformat
+import papermill
+import pytest
+
+from sparknb import mtp
+from sparknb.params import ParamsError, project_root
+from sparknb.run import read_records, verify
+
+NOTEBOOK = project_root() / "notebooks" / "mtp.ipynb"
+
+# Random weights write noise; n-gram lookup drafts from the prompt and the answer so far, so text that
+# repeats itself is guessed more often than text that does not.
+PROMPTS = """
+name: test
+prompts:
+  repetitive: "one two three four one two three four one two three four one two three four one two three four"
+  varied: "Explain how a hash table works, what a collision is, and when to use a tree instead."
+"""
+
+
+def run(tmp_path, server, model, **params):
+    prompts = tmp_path / "prompts.yaml"
+    prompts.write_text(PROMPTS)
+    out = tmp_path / f"{model}.ipynb"
+    papermill.execute_notebook(str(NOTEBOOK), str(out), progress_bar=False, parameters={
+        "model": model, "endpoint": server.url, "outputs": str(tmp_path / "outputs"), "prompt_set": str(prompts),
+        "repetitions": 2, "temperature": 0.0, "output_tokens": 64, **params})
+    folders = sorted((tmp_path / "outputs" / "mtp").iterdir(), key=lambda p: p.stat().st_mtime)
+    return nbformat.read(out, as_version=4), folders[-1]
+
+
+@pytest.mark.server
+def test_speculative_and_plain_runs_and_their_comparison(tmp_path, tiny_moe, tiny_dense):
+    _, spec_run = run(tmp_path, tiny_moe, "tiny-moe")
+    records = [r for r in read_records(spec_run) if not r["warmup"]]
+    assert {r["kind"] for r in records} == {"repetitive", "varied", mtp.FILLER}
+    assert len(records) == 3 * 2
+    summary = json.loads((spec_run / "summary.json").read_text())
+    assert summary["speculative"] is True
+    rows = {row["prompt"]: row for row in summary["table"]}
+    for r in records:  # tokens per step comes from this request's own counters
+        spec = r["server"]["spec_decode"]
+        assert spec["tokens_per_step"] == pytest.approx(1 + spec["accepted_tokens"] / spec["drafts"]
+                                                        if spec["drafts"] else 1.0)
+        assert spec["accepted_tokens"] <= r["completion_tokens"]
+    assert rows["repetitive"]["tokens/step"] > 1.2
+    assert rows["repetitive"]["GB read/token"] < rows[mtp.FILLER]["GB read/token"] or \
+        rows["repetitive"]["tokens/step"] == rows[mtp.FILLER]["tokens/step"]
+    assert verify(spec_run) == []
+
+    nb, plain_run = run(tmp_path, tiny_dense, "tiny-dense", compare_with=[str(spec_run)], random_filler=False)
+    summary = json.loads((plain_run / "summary.json").read_text())
+    assert summary["speculative"] is False
+    assert all(row["tokens/step"] == 1.0 for row in summary["table"])
+    assert any("does not run speculative decoding" in n for n in summary["findings"])
+    comparison = {row["prompt"]: row for row in summary["comparison"]}
+    here = {row["prompt"]: row["tok/s"] for row in summary["table"]}
+    there = {row["prompt"]: row["tok/s"] for row in rows.values()}
+    key = next(k for k in comparison["varied"] if k.startswith("speed-up"))
+    assert comparison["varied"][key] == pytest.approx(here["varied"] / there["varied"])
+
+
+def _plan(**kw):
+    args = dict(prompt_set="reference", kinds=[], repetitions=3, temperature=0.7, output_tokens=256,
+                random_filler=True) | kw
+    return mtp.Plan.build(**args)
+
+
+def test_the_reference_set_has_the_six_kinds_of_the_study():
+    assert list(_plan().prompts) == ["json", "code", "rewrite", "explain", "story", "translate"]
+
+
+def test_bad_prompt_sets_are_refused_before_any_request(tmp_path):
+    with pytest.raises(ValueError, match="unknown prompt kind.*poetry"):
+        _plan(kinds=["json", "poetry"])
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("name: empty\nprompts: {}\n")
+    with pytest.raises(ParamsError, match="prompts"):
+        _plan(prompt_set=str(empty))
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\nprompts: {json: 'unclosed\n")
+    with pytest.raises(ParamsError, match="not valid YAML"):
+        _plan(prompt_set=str(broken))
+    with pytest.raises(ValueError, match="repetitions"):
+        _plan(repetitions=0)
+    with pytest.raises(ValueError, match="not a sparknb run folder"):
+        _plan(compare_with=[str(tmp_path)])
