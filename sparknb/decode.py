@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .bandwidth import Limit
 from .client import ServerInfo
 from .prompts import PromptMaker
 from .study import Study
@@ -127,7 +128,7 @@ def summarize(df: pd.DataFrame, study: Study) -> pd.DataFrame:
     return pd.DataFrame(out).set_index("prompt tokens") if out else pd.DataFrame()
 
 
-def findings(df: pd.DataFrame, table: pd.DataFrame, study: Study) -> list[str]:
+def findings(df: pd.DataFrame, table: pd.DataFrame, limit: Limit, hardware: str) -> list[str]:
     """Plain sentences about what the numbers mean, and every reason to doubt them."""
     notes = []
     dropped = df["interference"].notna().sum()
@@ -146,6 +147,13 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, study: Study) -> list[str]:
     first, last = speeds.iloc[0], speeds.iloc[-1]
     notes.append(f"Decode runs at {first:.1f} tok/s with a {table.index[0]}-token prompt and {last:.1f} tok/s "
                  f"at {table.index[-1]} tokens ({100 * (last / first - 1):+.1f}%).")
+    timed = df[df["interference"].isna() & df["server_decode_s"].notna()]
+    bursty = timed[(timed["decode_s"] - timed["server_decode_s"]).abs() > 0.1 * timed["server_decode_s"]]
+    if len(bursty):
+        notes.append(f"WARNING: {len(bursty)} of {len(timed)} answers reached the client in bursts: their first-to-last "
+                     "token time differs from vLLM's own by more than 10%, so their client-side speeds are not "
+                     "per-token speeds (a busy client machine or API server does this). Lengths affected: "
+                     f"{sorted(set(bursty['prompt_length']))}.")
     gap = table["client vs vLLM %"].dropna()
     if len(gap):
         worst = gap.abs().max()
@@ -153,13 +161,12 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, study: Study) -> list[str]:
                      f"request_decode_time over the same requests"
                      + (" - close enough to trust." if worst <= 2 else " - WARNING: more than 2%, look at the network "
                         "or client load before trusting these figures."))
-    limit = table["% of limit"].dropna()
-    if len(limit):
-        notes.append(f"That is {limit.min():.0f}% to {limit.max():.0f}% of the bandwidth limit "
-                     f"({study.limit.source}).")
+    share = table["% of limit"].dropna()
+    if len(share):
+        notes.append(f"That is {share.min():.0f}% to {share.max():.0f}% of the bandwidth limit "
+                     f"({limit.source}).")
     else:
-        notes.append(f"No bandwidth limit is drawn: the hardware params ({study.hardware.name}) give no memory "
-                     "bandwidth.")
+        notes.append(f"No bandwidth limit is drawn: the hardware params ({hardware}) give no memory bandwidth.")
     if (table["tokens/step"] > 1).any():
         notes.append("Speculative decoding is on: the limit is divided by the measured tokens per step, and "
                      "tok/s depends on how predictable the text is (random filler here).")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -33,7 +33,6 @@ class Study:
     fingerprint: dict
     limit: bandwidth.Limit
     lock: guard.RunLock
-    finished: bool = field(default=False)
 
     def request(self, tag: dict, call: Callable[[Endpoint], Completion], *, settle_s: float = 5.0) -> dict:
         """Send one request, read the server's counters around it, and record both at once.
@@ -57,7 +56,6 @@ class Study:
         """Write the summary, let go of the lock and, unless an outer runner will, seal the run."""
         self.run.write_json("summary.json", summary)
         self.lock.release()
-        self.finished = True
         if seal:
             self.run.seal()
         if self in _open:

@@ -5,14 +5,15 @@ import threading
 import time
 
 import nbformat
+import pandas as pd
 import papermill
 import pytest
 
-from sparknb import decode
+from sparknb import bandwidth, decode
 from sparknb.cli import main
 from sparknb.client import Endpoint, EndpointError
 from sparknb.guard import GuardError
-from sparknb.params import load_model, project_root
+from sparknb.params import load_hardware, load_model, project_root
 from sparknb.prompts import PromptMaker
 from sparknb.run import read_records, verify
 from sparknb.study import start
@@ -178,3 +179,23 @@ def test_a_failure_halfway_keeps_every_record_taken(tmp_path, tiny_dense):
     assert records[0]["completion_tokens"] == 8 and "error" in records[1]
     study.finish({}, seal=True)
     assert verify(study.run.path) == []
+
+
+def test_findings_flag_bursts_interference_and_the_limit():
+    rows = [
+        # prompt_length, decode_s, server_decode_s, interference
+        (111, 0.02, 0.50, None),  # the client saw all tokens at once: a burst
+        (111, 0.51, 0.50, None),
+        (111, 0.30, 0.31, "the server finished 2 requests while this one ran"),
+    ]
+    df = pd.DataFrame([{"prompt_length": p, "prompt_tokens": p, "completion_tokens": 150, "decode_tokens": 149,
+                        "ttft_s": 0.1, "decode_s": d, "decode_tok_s": 149 / d, "server_decode_s": s,
+                        "server_ttft_s": 0.09, "tokens_per_step": 1.0, "interference": i} for p, d, s, i in rows])
+    gb10 = load_hardware("gb10")
+    limit = bandwidth.limit(load_model("qwen3.8-27b"), gb10)
+    table = pd.DataFrame([{"prompt tokens": 111, "decode tok/s (median)": 8.4, "client vs vLLM %": -1.0,
+                           "% of limit": 94.0, "tokens/step": 1.0}]).set_index("prompt tokens")
+    text = "\n".join(decode.findings(df, table, limit, gb10.name))
+    assert "1 request(s) were left out" in text
+    assert "1 of 2 answers reached the client in bursts" in text
+    assert "94% to 94% of the bandwidth limit" in text and "30.6 GB" in text
