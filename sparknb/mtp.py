@@ -98,9 +98,13 @@ def _row(r: dict) -> dict:
     tps = spec["tokens_per_step"]
     tok_s = r["decode_tokens_per_s"] or float("nan")
     excluded = r.get("interference")
+    server_s = r["server"]["decode_s"]
     if not excluded and spec["accepted_tokens"] > (r["completion_tokens"] or 0):
         excluded = (f"{spec['accepted_tokens']:g} draft tokens accepted for a {r['completion_tokens']}-token "
                     "answer: the counters include another request")
+    elif not excluded and server_s and r["decode_s"] is not None and abs(r["decode_s"] - server_s) > 0.1 * server_s:
+        excluded = (f"the answer reached the client in bursts ({r['decode_s']:.2f} s first to last token here, "
+                    f"{server_s:.2f} s in vLLM): its client-side speed is not a per-token speed")
     return {
         "kind": r["kind"],
         "answer_tokens": r["completion_tokens"],
