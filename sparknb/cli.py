@@ -51,7 +51,7 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
     injected = parameters | {"run_id": run_id, "outputs": str(Path(outputs or outputs_dir())), "seal": False}
     try:
         papermill.execute_notebook(str(source), str(executed), parameters=injected, log_output=True,
-                                   progress_bar=False, cwd=str(source.parent))
+                                   progress_bar=False)  # in the caller's folder: relative paths mean what they say
     except papermill.PapermillExecutionError as e:
         if not (folder / CLAIM).exists():  # it failed its checks: nothing was measured, nothing to keep
             shutil.rmtree(folder)
