@@ -200,6 +200,9 @@ def test_context_manager_holds_then_frees(tmp_path: Path) -> None:
         assert second.held
 
 
-def test_default_lock_path_is_in_the_temp_dir() -> None:
+def test_default_lock_path_is_in_the_temp_dir(monkeypatch) -> None:
     import tempfile
+    monkeypatch.delenv("SPARKNB_LOCK_FILE", raising=False)
     assert RunLock({}).path == Path(tempfile.gettempdir()) / "sparknb-run.lock"
+    monkeypatch.setenv("SPARKNB_LOCK_FILE", "/elsewhere/lock")
+    assert RunLock({}).path == Path("/elsewhere/lock")

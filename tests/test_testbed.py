@@ -18,7 +18,7 @@ from safetensors import safe_open
 
 from sparknb import testbed
 
-API_KEY_ENV = "SPARKNB_TEST_API_KEY"  # set by the tiny_dense fixture
+API_KEY_ENV = "SPARKNB_API_KEY"  # set by the tiny_dense fixture, as params/models/tiny-dense.yaml names it
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
