@@ -235,6 +235,7 @@ def _process_memory(value: Any) -> int | None:
 # the last word (HF_TOKEN, api_key, X-Api-Key), so that first_token_s stays readable too.
 _SECRET_WORDS = {"apikey", "secret", "password", "passwd", "pwd", "auth", "authorization", "credentials", "cookie"}
 _SECRET_LAST_WORDS = {"key", "token"}
+_SHELL_VARIABLES = {"PWD", "OLDPWD"}  # the working directory, not a password
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")  # a table heading such as "vLLM ms/token" is no field name
 # Values people put in a key variable for a server that checks none; masking them would mask "none" everywhere.
 _PLACEHOLDERS = {"empty", "none", "null", "dummy", "test", "true", "false", "unused"}
@@ -258,7 +259,8 @@ def looks_secret(name: str) -> bool:
 def _env_secrets() -> list[str]:
     """Secret-looking variables are masked even when the caller forgot to pass them."""
     return [value for name, value in os.environ.items()
-            if looks_secret(name) and value.strip() and value.strip().lower() not in _PLACEHOLDERS]
+            if looks_secret(name) and name not in _SHELL_VARIABLES
+            and value.strip() and value.strip().lower() not in _PLACEHOLDERS]
 
 
 def redact(obj: Any, secrets: Iterable[str] = ()) -> Any:

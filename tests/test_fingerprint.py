@@ -199,3 +199,9 @@ def test_take_redacts_everything_it_returns(monkeypatch: pytest.MonkeyPatch, tmp
 @pytest.mark.parametrize("name", ["vLLM ms/token", "first_token_s", "decode_tokens", "chunk_tokens", "key_count"])
 def test_measurement_fields_are_not_taken_for_secrets(name):
     assert redact({name: 56.7}) == {name: 56.7}
+
+
+def test_the_working_directory_is_not_taken_for_a_password(monkeypatch, tmp_path):
+    monkeypatch.setenv("PWD", str(tmp_path))
+    monkeypatch.setenv("DB_PWD", "hunter2-db")
+    assert redact({"log": f"{tmp_path}/server.log and hunter2-db"}) == {"log": f"{tmp_path}/server.log and ***"}
