@@ -97,9 +97,7 @@ def resolve(model: ModelParams) -> Target:
         port = _free_port()  # not the usual one: test servers of other sessions like to sit there
         host, endpoint = testbed.HOST, f"http://{testbed.HOST}:{port}/v1"
         compile_cache = compile_cache or testbed.compile_cache(lc.testbed)
-        # As testbed.launch: offline, a 1 GiB KV cache, no thread pinning (see its docstring for why).
-        env |= {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-                "OMP_NUM_THREADS": "1"}
+        env |= testbed.server_env()
     if compile_cache is not None:
         env.setdefault("VLLM_CACHE_ROOT", str(compile_cache))
     env.setdefault("VLLM_LOGGING_COLOR", "0")  # the log goes to a file; a notebook's kernel may force colour

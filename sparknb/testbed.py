@@ -401,6 +401,12 @@ def server_command(name: str, port: int, extra_args: Sequence[str] = ()) -> list
     ]
 
 
+def server_env(cpus: str | None = None) -> dict[str, str]:
+    """Offline, a 1 GiB KV cache, and no thread pinning unless `cpus` asks (see launch for why)."""
+    env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": cpus or "nobind"}
+    return env if cpus else env | {"OMP_NUM_THREADS": "1"}
+
+
 def launch(name: str, port: int, *, api_key: str | None = None, log_path: Path | None = None,
            extra_args: Sequence[str] = (), cpus: str | None = None) -> Server:
     """Start without waiting, so several servers can compile side by side; see Server.wait_ready.
@@ -420,12 +426,9 @@ def launch(name: str, port: int, *, api_key: str | None = None, log_path: Path |
         log_path = cache_root() / "logs" / f"{name}-{port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
+    env = dict(os.environ, **server_env(cpus))
     env.pop("VLLM_API_KEY", None)
     env.setdefault("VLLM_CACHE_ROOT", str(compile_cache(name)))  # one per model: no two write the same files
-    env["VLLM_CPU_OMP_THREADS_BIND"] = cpus or "nobind"
-    if cpus is None:
-        env["OMP_NUM_THREADS"] = "1"
     if api_key is not None:
         env["VLLM_API_KEY"] = api_key  # environment only: the command line is visible to everyone
     with open(log_path, "ab") as log:
