@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from . import testbed
+from .testbed import group_alive, group_members, signal_group  # one copy, shared with the test bed
 from .params import ModelParams
 
 # Lines after which vLLM's API process may linger although its engine is gone: waiting longer is pointless.
@@ -240,10 +241,10 @@ class Started:
                 how.append(f"stop command failed: {type(e).__name__}: {e}")
         if group_alive(self.pid):
             grace = timeout if self.ready_s is not None else min(timeout, STARTING_GRACE_S)
-            _signal_group(self.pid, signal.SIGTERM)
+            signal_group(self.pid, signal.SIGTERM)
             how.append("SIGTERM")
             if not _wait_gone(self.pid, self._process, grace):
-                _signal_group(self.pid, signal.SIGKILL)
+                signal_group(self.pid, signal.SIGKILL)
                 how.append(f"SIGKILL after {grace:g} s")
                 _wait_gone(self.pid, self._process, 30)
         try:
@@ -382,32 +383,6 @@ def _port_in_use(host: str, port: int) -> bool:
         return sock.connect_ex(("127.0.0.1" if host in ("0.0.0.0", "localhost") else host, port)) == 0
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in the process group that a start made."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry))
-    return members
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return bool(group_members(pgid))
-
-
 def group_memory(pgid: int) -> int | None:
     total, seen = 0, False
     for pid in group_members(pgid):
@@ -418,13 +393,6 @@ def group_memory(pgid: int) -> int | None:
         except (OSError, StopIteration, ValueError):
             continue
     return total if seen else None
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _wait_gone(pgid: int, process: subprocess.Popen, timeout: float) -> bool:

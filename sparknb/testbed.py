@@ -355,17 +355,17 @@ class Server:
         """
         with self._lock:
             atexit.unregister(self.stop)
-            if _group_alive(self.pid):
-                _signal_group(self.pid, signal.SIGTERM)
+            if group_alive(self.pid):
+                signal_group(self.pid, signal.SIGTERM)
                 if self.ready_after_s is None:
                     timeout = min(timeout, STARTING_GRACE_S)
                 deadline = time.monotonic() + timeout
-                while _group_alive(self.pid) and time.monotonic() < deadline:
+                while group_alive(self.pid) and time.monotonic() < deadline:
                     self._process.poll()  # reap the leader as soon as it exits
                     time.sleep(0.1)
-                if _group_alive(self.pid):
-                    _signal_group(self.pid, signal.SIGKILL)
-                    while _group_alive(self.pid) and time.monotonic() < deadline + 10:
+                if group_alive(self.pid):
+                    signal_group(self.pid, signal.SIGKILL)
+                    while group_alive(self.pid) and time.monotonic() < deadline + 10:
                         self._process.poll()
                         time.sleep(0.1)
             self._process.wait(timeout=10)
@@ -509,7 +509,16 @@ def _get_status(url: str, api_key: str | None) -> int | None:
         return None
 
 
-def _group_alive(pgid: int) -> bool:
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in a process group: what a start made and a stop must end."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _is_live_member(int(entry), pgid):
+            members.append(int(entry))
+    return members
+
+
+def group_alive(pgid: int) -> bool:
     """Whether any live (non-zombie) process is left in the group that vLLM runs in."""
     try:
         os.killpg(pgid, 0)
@@ -518,10 +527,9 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        return bool(group_members(pgid))
     except OSError:  # no /proc: trust killpg, zombies included
         return True
-    return any(_is_live_member(pid, pgid) for pid in pids)
 
 
 def _is_live_member(pid: int, pgid: int) -> bool:
@@ -533,7 +541,7 @@ def _is_live_member(pid: int, pgid: int) -> bool:
     return fields[0] != "Z" and int(fields[2]) == pgid
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
     except ProcessLookupError:
