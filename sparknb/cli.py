@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -11,11 +12,14 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from .errors import SparknbError
 from .params import load_model, project_root
-from .run import CLAIM, Run, new_run_id, outputs_dir, verify
+from .redaction import redact
+from .run import CLAIM, FAILURE, Run, new_run_id, outputs_dir, verify
+from .study import ENV_PREFIX
 
 
-class CliError(RuntimeError):
+class CliError(SparknbError):
     pass
 
 
@@ -37,42 +41,82 @@ def parse_parameters(pairs: list[list[str]], yaml_files: list[str]) -> dict:
     return params
 
 
+def hide_secrets(parameters: dict, environ: dict) -> dict:
+    """Parameters with every secret-bearing value moved into `environ` and passed as env:NAME instead.
+
+    papermill writes its injected parameters into the executed notebook, and so into the report: a
+    password in an endpoint URL must never be one of them. The kernel inherits the environment.
+    """
+    safe = {}
+    for name, value in parameters.items():
+        if isinstance(value, str) and redact(value) != value:
+            if name != "endpoint":
+                raise CliError(f"parameter {name} holds a secret; pass secrets through the environment variable "
+                               "named by api_key_env in the model's params, never as a parameter.")
+            variable = f"SPARKNB_SECRET_{name.upper()}"
+            environ[variable] = value
+            value = ENV_PREFIX + variable
+        safe[name] = value
+    return safe
+
+
 def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
     """Execute a notebook into its own run folder, add the HTML report, then seal the folder."""
     import papermill
 
     source = notebook_path(name)
     notebook = source.stem
-    label = str(parameters.get("model", ""))
+    label = str(parameters.get("model") or "-".join(map(str, parameters.get("models") or [])))
     run_id = new_run_id(Path(label).stem if label.endswith((".yaml", ".yml")) else label)
     folder = Path(outputs or outputs_dir()) / notebook / run_id
     folder.mkdir(parents=True)
     executed = folder / "notebook.ipynb"
-    injected = parameters | {"run_id": run_id, "outputs": str(Path(outputs or outputs_dir())), "seal": False}
+    injected = hide_secrets(parameters, os.environ) | {"run_id": run_id, "outputs": str(Path(outputs or outputs_dir())),
+                                                       "seal": False}
     try:
         papermill.execute_notebook(str(source), str(executed), parameters=injected, log_output=True,
                                    progress_bar=False)  # in the caller's folder: relative paths mean what they say
-    except papermill.PapermillExecutionError as e:
+    except (papermill.PapermillExecutionError, KeyboardInterrupt) as e:
+        why = f"{e.ename}: {e.evalue}" if isinstance(e, papermill.PapermillExecutionError) else "interrupted (Ctrl-C)"
         if not (folder / CLAIM).exists():  # it failed its checks: nothing was measured, nothing to keep
             shutil.rmtree(folder)
-            raise CliError(f"{notebook} did not start: {e.ename}: {e.evalue}") from None
-        _close(folder, executed)
-        raise CliError(f"{notebook} failed halfway: {e.ename}: {e.evalue}\nEvery record taken so far is kept, "
+            raise CliError(f"{notebook} did not start: {why}") from None
+        _close(folder, executed, failure=why)
+        raise CliError(f"{notebook} failed halfway: {why}\nEvery record taken so far is kept, "
                        f"sealed, in {folder}") from None
     _close(folder, executed)
     return folder
 
 
-def _close(folder: Path, executed: Path) -> None:
+def _close(folder: Path, executed: Path, failure: str | None = None) -> None:
+    """Report and seal; a run that stopped before its summary is marked as failed halfway, if the study did not."""
     from .report import write_html
 
-    write_html(executed, folder / "report.html")
-    Run(folder).seal()
+    run = Run(folder)
+    if failure is not None and not (folder / FAILURE).exists():
+        run.write_json(FAILURE, {"failed_halfway": True, "reason": failure})
+    if executed.exists():
+        write_html(executed, folder / "report.html")
+    run.seal()
+
+
+def seal_interrupted(folder: str | Path) -> Path:
+    """Seal a run that died before it could (a killed kernel): marked failed halfway, its records kept."""
+    path = Path(folder)
+    if not (path / CLAIM).is_file():
+        raise CliError(f"{path} is not a sparknb run folder (no {CLAIM}).")
+    run = Run(path)
+    if run.sealed:
+        raise CliError(f"{path} is sealed already.")
+    if not (path / "summary.json").exists() and not (path / FAILURE).exists():
+        run.write_json(FAILURE, {"failed_halfway": True, "reason": "sealed by hand after the run died"})
+    run.seal()
+    return path
 
 
 def demo(outputs: str | Path = "") -> list[Path]:
     """The decode sweep on both tiny models, each on its own real vLLM CPU server, one after the other."""
-    from . import testbed
+    from .serving import testbed
 
     folders = []
     for name in ("tiny-dense", "tiny-moe"):
@@ -95,13 +139,15 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--outputs", default="", help="folder for run folders (default: outputs/)")
     p_verify = sub.add_parser("verify", help="check a sealed run folder against its manifest")
     p_verify.add_argument("folder")
+    p_seal = sub.add_parser("seal", help="seal a run folder whose run died before sealing it (marked failed halfway)")
+    p_seal.add_argument("folder")
     p_demo = sub.add_parser("demo", help="serve both tiny models and run the decode sweep on each")
     p_demo.add_argument("--outputs", default="")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         if args.command == "serve":
-            from . import testbed
+            from .serving import testbed
 
             model = load_model(args.name)
             testbed.serve_forever(args.name, urlsplit(model.endpoint).port, api_key=model.api_key())
@@ -114,10 +160,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(p)
             print(f"{args.folder}: {'CHANGED' if problems else 'intact'}")
             return 1 if problems else 0
+        elif args.command == "seal":
+            print(f"sealed: {seal_interrupted(args.folder)}")
         elif args.command == "demo":
             for folder in demo(args.outputs):
                 print(f"sealed run: {folder}\nreport: {folder / 'report.html'}")
-    except (RuntimeError, ValueError, OSError) as e:  # known failures carry a message meant for the user
-        print(f"sparknb {args.command}: {e}", file=sys.stderr)
+    except (SparknbError, OSError) as e:  # known failures carry a message meant for the user
+        print(f"sparknb {args.command}: {redact(str(e))}", file=sys.stderr)
         return 2
     return 0

@@ -19,11 +19,9 @@ from datetime import datetime, timezone
 import httpx
 import openai
 
+from .errors import EndpointError
 from .metrics import Snapshot
-
-
-class EndpointError(RuntimeError):
-    """The endpoint cannot be used as asked; the message says what was found and what to do."""
+from .redaction import redact
 
 
 @dataclass(frozen=True)
@@ -92,6 +90,8 @@ class Endpoint:
     def __init__(self, url: str, model: str, api_key: str | None = None, timeout: float = 600.0):
         self.url = url.rstrip("/")
         self.root_url = self.url.removesuffix("/v1")
+        self.shown = redact(self.url)  # the URL in messages: a password in it never reaches an error text
+        self.shown_root = self.shown.removesuffix("/v1")
         self.model = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=self.root_url, headers=headers, timeout=timeout)
@@ -108,12 +108,12 @@ class Endpoint:
             r = self._http.request(kw.pop("method", "GET"), path, **kw)
         except httpx.HTTPError as e:
             raise EndpointError(
-                f"Cannot reach the endpoint at {self.root_url} ({type(e).__name__}: {e}). Is the server "
+                f"Cannot reach the endpoint at {self.shown_root} ({type(e).__name__}: {e}). Is the server "
                 "running? Start a tiny one with `sparknb serve tiny-dense`, or fix `endpoint` in the "
                 "model's params file."
             ) from None
         if r.status_code == 401:
-            raise EndpointError(f"{self.root_url}{path} refused the API key (401). Set the environment "
+            raise EndpointError(f"{self.shown_root}{path} refused the API key (401). Set the environment "
                                 "variable named by api_key_env in the model's params to the server's key.")
         return r
 
@@ -121,13 +121,13 @@ class Endpoint:
         """Who answers, and whether it serves our model: checked before any measurement."""
         models = self._get("/v1/models")
         if models.status_code != 200:
-            raise EndpointError(f"{self.url}/models answered {models.status_code}: {models.text[:200]}")
+            raise EndpointError(f"{self.shown}/models answered {models.status_code}: {models.text[:200]}")
         data = models.json().get("data", [])
         served = [m["id"] for m in data]
         mine = next((m for m in data if m["id"] == self.model), None)
         if mine is None:
             raise EndpointError(
-                f"Model {self.model!r} is not served at {self.url}. It serves: {', '.join(served) or 'nothing'}. "
+                f"Model {self.model!r} is not served at {self.shown}. It serves: {', '.join(served) or 'nothing'}. "
                 "Fix served_model_name in the model's params, or start the right model."
             )
         version = self._get("/version")
@@ -144,14 +144,14 @@ class Endpoint:
         r = self._get("/tokenize", method="POST",
                       json={"model": self.model, "prompt": text, "add_special_tokens": special_tokens})
         if r.status_code != 200:
-            raise EndpointError(f"{self.root_url}/tokenize answered {r.status_code}: {r.text[:200]}. "
+            raise EndpointError(f"{self.shown_root}/tokenize answered {r.status_code}: {r.text[:200]}. "
                                 "Exact-length prompts need vLLM's /tokenize.")
         return r.json()["tokens"]
 
     def metrics(self) -> Snapshot:
         r = self._get("/metrics")
         if r.status_code != 200:
-            raise EndpointError(f"{self.root_url}/metrics answered {r.status_code}; the server's own "
+            raise EndpointError(f"{self.shown_root}/metrics answered {r.status_code}; the server's own "
                                 "counters are needed to check the client's figures.")
         return Snapshot.parse(r.text, self.model)
 
@@ -194,15 +194,15 @@ class Endpoint:
                         done.ttft_s = t
                     done.last_token_s = t
         except openai.APIConnectionError as e:
-            raise EndpointError(f"Lost the connection to {self.url} ({e}); the answer so far had "
+            raise EndpointError(f"Lost the connection to {self.shown} ({e}); the answer so far had "
                                 f"{len(done.chunk_times)} chunks.") from None
         except openai.APIStatusError as e:
-            raise EndpointError(f"{self.url} refused the request ({e.status_code}): {_message(e)}") from None
+            raise EndpointError(f"{self.shown} refused the request ({e.status_code}): {_message(e)}") from None
         except openai.APIError as e:  # an error event inside a stream that had started well
-            raise EndpointError(f"{self.url} failed the request after {len(done.chunk_times)} chunks: "
+            raise EndpointError(f"{self.shown} failed the request after {len(done.chunk_times)} chunks: "
                                 f"{e.message}") from None
         if done.finish_reason is None:  # a clean end of the connection can still cut an answer short
-            raise EndpointError(f"Lost the connection to {self.url}: the stream ended without a finish reason "
+            raise EndpointError(f"Lost the connection to {self.shown}: the stream ended without a finish reason "
                                 f"after {len(done.chunk_times)} chunks.")
         done.total_s = time.perf_counter() - sent
         return done

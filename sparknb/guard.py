@@ -20,13 +20,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sparknb import fingerprint
+from . import fingerprint
+from .errors import GuardError
 
 OVERRIDE_HINT = "pass force=True (papermill: -p force True) to measure anyway; the override is recorded"
-
-
-class GuardError(RuntimeError):
-    """The machine is not quiet enough to measure; the message lists what was found and how to override."""
 
 
 @dataclass
@@ -40,11 +37,15 @@ class GuardReport:
         return asdict(self)
 
 
-def check(*, server_load: dict[str, float], gpu: dict | None = None, server_process: str = "vllm",
+def check(*, server_load: dict[str, float | None] | None, gpu: dict | None = None, server_process: str = "vllm",
           allow_pids: Iterable[int] = (), force: bool = False) -> GuardReport:
-    """Findings from the server's queue and the GPU's process list; raises GuardError unless forced."""
+    """Findings from the server's queue and the GPU's process list; raises GuardError unless forced.
+
+    `server_load` None means there is no server to ask yet (a study that starts its own); a gauge
+    that is None could not be read, which is a finding, never a zero.
+    """
     gpu = fingerprint.nvml() if gpu is None else gpu
-    findings = _load_findings(server_load)
+    findings = _load_findings(server_load or {})
     gpu_summary, gpu_findings, notes = _gpu_findings(gpu, server_process, set(allow_pids))
     findings += gpu_findings
     if findings and not force:
@@ -57,7 +58,8 @@ def _load_findings(server_load: dict[str, float]) -> list[str]:
     findings = []
     for state, value in server_load.items():
         if value is None or (isinstance(value, float) and math.isnan(value)):
-            findings.append(f"could not read how many requests are {state} on the server")
+            findings.append(f"unchecked: could not read how many requests are {state} on the server (its /metrics "
+                            f"has no vllm:num_requests_{state} gauge), so it may be busy")
         elif value != 0:
             findings.append(f"{value:g} request{'' if value == 1 else 's'} {state} on the server")
     return findings

@@ -9,16 +9,15 @@ import os
 import re
 import string
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
+
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .fingerprint import looks_secret
-
-
-class ParamsError(ValueError):
-    """A params file is missing or invalid; the message names the file, the field and the fix."""
+from .errors import ParamsError
+from .redaction import looks_secret
 
 
 class Strict(BaseModel):
@@ -167,6 +166,36 @@ def project_root() -> Path:
     return Path(os.environ.get("SPARKNB_HOME") or Path(__file__).resolve().parents[1])
 
 
+class Plan(BaseModel):
+    """A study's notebook parameters, checked together before anything starts, every problem named at once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    study: ClassVar[str] = "study"
+
+    @classmethod
+    def build(cls, **values: Any):
+        try:
+            return cls.model_validate(values)
+        except ValidationError as e:
+            raise ParamsError(f"Bad {cls.study} parameters:\n" + _problems(e, cls)) from None
+
+    def settings(self) -> dict:
+        """The parameters as params.json records them."""
+        return self.model_dump(mode="json")
+
+
+def _problems(e: ValidationError, kind: type[BaseModel] | None = None) -> str:
+    lines = []
+    for err in e.errors():
+        loc = ".".join(map(str, err["loc"])) or "(file)"
+        msg = err["msg"].removeprefix("Value error, ")
+        got = "" if err["type"] in ("missing", "value_error") else f"; got {err.get('input')!r}"
+        field = (kind.model_fields.get(str(err["loc"][0])) if kind and err["loc"] else None)
+        hint = f" ({field.description})" if field is not None and field.description else ""
+        lines.append(f"  {loc}: {msg}{got}{hint}")
+    return "\n".join(lines)
+
+
 def _read(path: Path, kind: type[Strict], what: str, available: list[str]) -> Strict:
     if not path.is_file():
         hint = f" Known {what}s: {', '.join(available)}." if available else ""
@@ -180,8 +209,7 @@ def _read(path: Path, kind: type[Strict], what: str, available: list[str]) -> St
     try:
         return kind.model_validate(data)
     except ValidationError as e:
-        lines = [f"  {'.'.join(map(str, err['loc'])) or '(file)'}: {err['msg']}" for err in e.errors()]
-        raise ParamsError(f"{path} is invalid:\n" + "\n".join(lines)) from None
+        raise ParamsError(f"{path} is invalid:\n" + _problems(e)) from None
 
 
 def _locate(name_or_path: str, folder: str) -> tuple[Path, list[str]]:

@@ -1,18 +1,75 @@
-"""The HTML report: the executed notebook without its code, readable offline.
+"""What a study tells its reader: findings, the shared number formats, and the HTML report.
 
 Tables and plots are static (PNG embedded in the page), so nothing needs the network to be seen.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
-import nbformat
-from nbconvert import HTMLExporter
+Level = Literal["info", "warning", "marked", "suspect", "failed"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One sentence a study concludes; anything but `info` is a reason to doubt a number, said loud."""
+
+    level: Level
+    text: str
+
+    def __str__(self) -> str:
+        return self.text if self.level == "info" else f"{self.level.upper()}: {self.text}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def info(text: str) -> Finding:
+    return Finding("info", text)
+
+
+def warning(text: str) -> Finding:
+    return Finding("warning", text)
+
+
+def markdown(findings: Iterable[Finding | str]) -> str:
+    """A bullet list, with every level but info in bold, so a warning cannot be read past."""
+    lines = []
+    for f in findings:
+        if isinstance(f, Finding) and f.level != "info":
+            lines.append(f"- **{f.level.upper()}:** {f.text}")
+        else:
+            lines.append(f"- {f}")
+    return "\n".join(lines)
+
+
+def as_records(findings: Iterable[Finding | str]) -> list[dict]:
+    """Findings as summary.json keeps them."""
+    return [f.as_dict() if isinstance(f, Finding) else {"level": "info", "text": str(f)} for f in findings]
+
+
+def duration(seconds: float | None) -> str:
+    """A time at a scale a reader takes in: 2.5 min, 2.31 s, 41.2 ms, 870 us; n/a where unknown."""
+    if seconds is None:
+        return "n/a"
+    a = abs(seconds)
+    if a >= 120:
+        return f"{seconds / 60:.1f} min"
+    if a >= 1:
+        return f"{seconds:.2f} s"
+    if a >= 1e-3:
+        return f"{1000 * seconds:.3g} ms"
+    return f"{1e6 * seconds:.3g} us"
 
 
 def write_html(notebook: Path, target: Path) -> Path:
-    """Render once; an existing report is never replaced."""
+    """Render once, code hidden; an existing report is never replaced."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
     body, _ = HTMLExporter(exclude_input=True, exclude_input_prompt=True,
                            exclude_output_prompt=True).from_notebook_node(nbformat.read(notebook, as_version=4))
     with open(target, "x", encoding="utf-8") as f:

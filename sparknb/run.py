@@ -12,18 +12,18 @@ import os
 import re
 import secrets as _secrets
 import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .fingerprint import redact
+from .errors import DataError, RunError
 from .params import project_root
+from .redaction import redact
 
 MANIFEST = "manifest.json"
 CLAIM = "params.json"  # created first and exclusively: whoever writes it owns the run id
-
-
-class RunError(RuntimeError):
-    """A run folder cannot be written or does not check out."""
+FAILURE = "failure.json"  # written by a run that stopped halfway, before it is sealed
 
 
 def new_run_id(label: str = "") -> str:
@@ -87,12 +87,20 @@ class Run:
     def seal(self) -> Path:
         """Hash every file into the manifest, then make all of it read-only."""
         manifest = self._target(MANIFEST)
-        hashes = {p.relative_to(self.path).as_posix(): _sha256(p) for p in _files(self.path)}
-        manifest.write_text(_dump({"run_id": self.id, "sha256": hashes}) + "\n")
-        for p in [*_files(self.path), manifest]:
+        files = _files(self.path)
+        folders = _walk(self.path)[1]
+        hashes = {p.relative_to(self.path).as_posix(): _sha256(p) for p in files}
+        manifest.write_text(_dump({"run_id": self.id, "sha256": hashes, "folders": folders}) + "\n")
+        for p in [*files, manifest]:
             p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-        self.path.chmod(stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+        read_only = stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
+        for folder in [*(self.path / f for f in reversed(folders)), self.path]:
+            folder.chmod(read_only)
         return manifest
+
+    @property
+    def sealed(self) -> bool:
+        return (self.path / MANIFEST).exists()
 
 
 def read_records(path: str | Path) -> list[dict]:
@@ -100,8 +108,23 @@ def read_records(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in file.read_text().splitlines() if line.strip()] if file.exists() else []
 
 
+def _walk(folder: Path) -> tuple[list[str], list[str], list[str]]:
+    """Files, folders and symbolic links below `folder`, as relative paths; links are never followed."""
+    files, folders, links = [], [], []
+    for root, dirs, names in os.walk(folder, followlinks=False):
+        base = Path(root)
+        for name in dirs:
+            (links if (base / name).is_symlink() else folders).append((base / name).relative_to(folder).as_posix())
+        for name in names:
+            (links if (base / name).is_symlink() else files).append((base / name).relative_to(folder).as_posix())
+    return sorted(files), sorted(folders), sorted(links)
+
+
 def _files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+    files, _, links = _walk(folder)
+    if links:
+        raise RunError(f"{folder} holds symbolic links ({', '.join(links)}); a sealed run holds only its own files.")
+    return [folder / name for name in files if name != MANIFEST]
 
 
 def _sha256(path: Path) -> str:
@@ -113,21 +136,124 @@ def _sha256(path: Path) -> str:
 
 
 def verify(path: str | Path) -> list[str]:
-    """Every way the folder differs from its manifest; empty means it is as sealed."""
+    """Every way the folder differs from its manifest; empty means it is as sealed.
+
+    Anything not in the manifest counts, anywhere in the tree: a file, an empty folder, a symbolic
+    link; and a sealed run copied under another name no longer matches the run id inside it.
+    """
     folder = Path(path)
     manifest = folder / MANIFEST
     if not manifest.is_file():
         return [f"{folder} has no {MANIFEST}: it was never sealed (or the manifest was removed)"]
     try:
-        expected = json.loads(manifest.read_text())["sha256"]
-    except (ValueError, KeyError):
+        sealed = json.loads(manifest.read_text())
+        expected, run_id = sealed["sha256"], sealed["run_id"]
+    except (ValueError, KeyError, TypeError):
         return [f"{manifest} is not a manifest sparknb wrote"]
     problems = []
-    present = {p.relative_to(folder).as_posix(): p for p in _files(folder)}
+    if run_id != folder.name:
+        problems.append(f"renamed: the folder is {folder.name!r} but the run sealed in it is {run_id!r}")
+    files, folders, links = _walk(folder)
+    present = {name for name in files if name != MANIFEST}
     for name, digest in sorted(expected.items()):
         if name not in present:
             problems.append(f"missing: {name}")
-        elif _sha256(present[name]) != digest:
+        elif _sha256(folder / name) != digest:
             problems.append(f"changed: {name}")
-    problems += [f"added after sealing: {name}" for name in sorted(present.keys() - expected.keys())]
+    problems += [f"added after sealing: {name}" for name in sorted(present - expected.keys())]
+    known_folders = set(sealed.get("folders", [])) | {str(Path(n).parent.as_posix()) for n in expected if "/" in n}
+    problems += [f"folder added after sealing: {name}" for name in folders if name not in known_folders]
+    problems += [f"symbolic link: {name}" for name in links]
     return problems
+
+
+# --- earlier runs, read back -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PastRun:
+    """An earlier run, read back from its sealed folder: the one way every study reads the past."""
+
+    path: Path
+    params: dict
+    fingerprint: dict
+    records: list[dict]
+    summary: dict | None
+    failure: dict | None  # what stopped it, for a run sealed after failing halfway
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    @property
+    def notebook(self) -> str:
+        return self.params.get("notebook", "")
+
+    @property
+    def settings(self) -> dict:
+        return self.params.get("settings", {})
+
+    @property
+    def label(self) -> str:
+        """The model's name, or the models' for a run that visits several."""
+        if isinstance(self.params.get("model"), dict):
+            return self.params["model"].get("name") or self.id
+        return ", ".join(self.params.get("models", {})) or self.id
+
+
+def _json(path: Path) -> dict | None:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _locate(value: str, notebook: str, outputs: str | Path) -> Path | None:
+    """A folder as typed (notebooks run in notebooks/, so also from the project root), or a run id."""
+    candidates = [Path(value).expanduser(), project_root() / value, Path(outputs or outputs_dir()) / notebook / value]
+    return next((c for c in candidates if c.is_dir()), None)
+
+
+def _read_one(value: str, notebook: str, what: str, outputs: str | Path) -> PastRun | str:
+    where = Path(outputs or outputs_dir()) / notebook
+    if not isinstance(value, str) or not value.strip():
+        return f"{what} {value!r}: give the folder of an earlier {notebook} run or its run id"
+    path = _locate(value, notebook, outputs)
+    if path is None:
+        return (f"{what} {value!r}: no such run folder, nor a run id under {where}. Give the folder of an earlier "
+                f"{notebook} run (as `sparknb run` printed it) or its run id.")
+    params = _json(path / "params.json")
+    if params is None:
+        return f"{what} {value!r}: {path} has no readable params.json, so it is not a sparknb run folder."
+    if params.get("notebook") != notebook:
+        return (f"{what} {value!r}: {path.name} is a {params.get('notebook')!r} run, not a {notebook} run; only "
+                f"{notebook} runs measured the same thing.")
+    problems = verify(path)
+    if problems:
+        return (f"{what} {value!r}: {path.name} does not match its seal ({'; '.join(problems)}). Its numbers cannot "
+                "be trusted: compare with an intact run, or seal an interrupted one with `sparknb seal FOLDER`.")
+    fingerprint = _json(path / "fingerprint.json")
+    if fingerprint is None:
+        return (f"{what} {value!r}: {path.name} has no fingerprint.json; without it nobody can tell whether it ran "
+                "on the same box and server build.")
+    return PastRun(path, params, fingerprint, read_records(path), _json(path / "summary.json"),
+                   _json(path / FAILURE))
+
+
+def read_past(values: str | Sequence[str], notebook: str, *, what: str = "compare_with",
+              outputs: str | Path = "") -> list[PastRun]:
+    """Earlier sealed runs of `notebook` by folder or run id; every problem with them is named at once."""
+    if isinstance(values, str):
+        values = [values] if values.strip() else []
+    values = list(values or [])
+    problems = [f"{what} names {v!r} twice" for v in sorted(set(values)) if values.count(v) > 1]
+    runs = []
+    for value in dict.fromkeys(values):
+        found = _read_one(value, notebook, what, outputs)
+        if isinstance(found, str):
+            problems.append(found)
+        else:
+            runs.append(found)
+    if problems:
+        raise DataError(f"Cannot use {what}:\n  " + "\n  ".join(problems))
+    return runs

@@ -1,22 +1,28 @@
-"""A study: one notebook's run from checks to seal, shared by every notebook.
+"""A study: one notebook's run from checks to seal, the same for every notebook.
 
 The order is the point: params, endpoint and the caller's own checks all fail before the lock is
 taken or a folder made; the guard runs before the first request; every request is recorded as it
-ends, together with what the server's own counters say about it.
+ends, together with what the server's own counters say about it; a run that fails halfway is
+sealed with the reason, keeping every record taken.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
 from . import bandwidth, fingerprint, guard, metrics
 from .client import Completion, Endpoint, ServerInfo
+from .errors import ParamsError
 from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
-from .run import Run, read_records
+from .redaction import redact
+from .run import FAILURE, Run, read_records
+
+ENV_PREFIX = "env:"  # an endpoint given as env:NAME is read from that variable, so no password is a parameter
 
 _open: list[Study] = []  # studies of this process not yet finished; a rerun in the same kernel ends them
 
@@ -24,15 +30,23 @@ _open: list[Study] = []  # studies of this process not yet finished; a rerun in 
 @dataclass
 class Study:
     notebook: str
-    model: ModelParams
+    models: tuple[ModelParams, ...]
     hardware: HardwareParams
-    endpoint: Endpoint
-    server: ServerInfo
     run: Run
     guard: guard.GuardReport
     fingerprint: dict
-    limit: bandwidth.Limit
     lock: guard.RunLock
+    seal: bool = True
+    endpoint: Endpoint | None = None  # None where the study starts its own servers (swap)
+    server: ServerInfo | None = None
+
+    @property
+    def model(self) -> ModelParams:
+        return self.models[0]
+
+    @property
+    def limit(self) -> bandwidth.Limit:
+        return bandwidth.limit(self.model, self.hardware)
 
     def request(self, tag: dict, call: Callable[[Endpoint], Completion], *, settle_s: float = 5.0) -> dict:
         """Send one request, read the server's counters around it, and record both at once.
@@ -46,97 +60,130 @@ class Study:
         except Exception as e:
             self.run.record({**tag, "error": f"{type(e).__name__}: {e}"})
             raise
-        delta = _settled_delta(self.endpoint, before, settle_s)
-        rec = {**tag, **done.as_dict(), "server": _server_view(delta)}
-        rec["interference"] = _interference(done, delta)
+        delta = metrics.settled(self.endpoint.metrics, before, 1, settle_s)
+        rec = {**tag, **done.as_dict(), "server": server_view(delta)}
+        rec["interference"] = metrics.interference(delta, 1, done.completion_tokens)
         self.run.record(rec)
         return rec
 
-    def finish(self, summary: dict, seal: bool = True) -> None:
+    def records(self) -> list[dict]:
+        return read_records(self.run.path)
+
+    @contextlib.contextmanager
+    def measuring(self) -> Iterator[None]:
+        """Around the requests: a failure (Ctrl-C too) seals what was taken, with the reason, then goes on up."""
+        try:
+            yield
+        except BaseException as e:
+            self.fail(e)
+            raise
+
+    def fail(self, error: BaseException | str) -> None:
+        """Mark the run as failed halfway, let go of the lock and seal it; every record stays."""
+        if self.run.sealed:
+            return
+        reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        records = self.records()
+        self.run.write_json(FAILURE, {"failed_halfway": True, "reason": reason, "records": len(records),
+                                      "errors": sum("error" in r for r in records)})
+        print(f"FAILED HALFWAY: {redact(reason)}\nThe {len(records)} record(s) taken are kept in {self.run.path}.",
+              flush=True)
+        self._close()
+
+    def finish(self, summary: dict) -> None:
         """Write the summary, let go of the lock and, unless an outer runner will, seal the run."""
         self.run.write_json("summary.json", summary)
+        self._close()
+        print(f"run folder: {self.run.path}")
+
+    def _close(self) -> None:
         self.lock.release()
-        if seal:
+        if self.endpoint is not None:
+            self.endpoint.close()
+        if self.seal:
             self.run.seal()
         if self in _open:
             _open.remove(self)
-
-    def records(self) -> list[dict]:
-        return read_records(self.run.path)
 
     def fingerprint_table(self) -> pd.DataFrame:
         return fingerprint_table(self.fingerprint)
 
 
-def start(notebook: str, *, model: str, settings: dict, endpoint: str = "", force: bool = False,
-          run_id: str = "", outputs: str = "", validate: Callable[[ServerInfo], None] | None = None) -> Study:
-    """Check everything, then open the run. `settings` are the notebook's parameters, recorded as given."""
+def resolve_endpoint(value: str) -> str:
+    """An endpoint as given, or read from the environment for env:NAME (how `sparknb run` passes a URL
+    that holds a password: the notebook then never sees it)."""
+    if not value.startswith(ENV_PREFIX):
+        return value
+    name = value.removeprefix(ENV_PREFIX)
+    url = os.environ.get(name)
+    if not url:
+        raise ParamsError(f"endpoint {value!r} names the environment variable {name}, which is not set. "
+                          f"Export {name}=http://host:port/v1 first.")
+    return url
+
+
+def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[str] = (), endpoint: str = "",
+          force: bool = False, run_id: str = "", outputs: str = "", seal: bool = True,
+          validate: Callable[[ServerInfo], None] | None = None) -> Study:
+    """Check everything, then open the run. `settings` are the notebook's parameters, recorded as given.
+
+    `model` is measured through its endpoint; `models` (the swap study) are started by the study
+    itself, so there is no server to ask yet.
+    """
     for old in list(_open):  # a rerun of the notebook in the same kernel
         old.lock.release()
         _open.remove(old)
-    model_params = load_model(model)
-    hardware = load_hardware(model_params.hardware)
-    key = model_params.api_key()
-    ep = Endpoint(endpoint or model_params.endpoint, model_params.served_model_name, api_key=key)
-    server = ep.info()
-    if validate:
-        validate(server)
-    lock = guard.RunLock({"notebook": notebook, "model": model_params.name, "run_id": run_id or "(new)"})
+    loaded = tuple(load_model(m) for m in (models or [model]))
+    hardware_names = sorted({m.hardware for m in loaded})
+    if len(hardware_names) > 1:
+        raise ParamsError(f"The models name different hardware ({', '.join(hardware_names)}); one run happens on "
+                          "one box, so give them the same `hardware`.")
+    hardware = load_hardware(loaded[0].hardware)
+    keys = tuple(k for k in (m.api_key() for m in loaded) if k)
+    ep = server = None
+    if not models:
+        ep = Endpoint(resolve_endpoint(endpoint or loaded[0].endpoint), loaded[0].served_model_name,
+                      api_key=loaded[0].api_key())
+        server = ep.info()
+        if validate:
+            validate(server)
+    names = [m.name for m in loaded]
+    lock = guard.RunLock({"notebook": notebook, "model": ", ".join(dict.fromkeys(names)), "run_id": run_id or "(new)"})
     lock.acquire(force=force)
     try:
-        report = guard.check(server_load=ep.metrics().load(), force=force)
-        all_params = {"notebook": notebook, "settings": settings, "model": model_params.model_dump(),
-                      "hardware": hardware.model_dump(), "endpoint": ep.url,
+        report = guard.check(server_load=ep.metrics().load() if ep else None, force=force)
+        all_params = {"notebook": notebook, "settings": settings, "hardware": hardware.model_dump(),
                       "guard": report.as_dict() | {"lock_forced_over": lock.forced_over}}
-        secrets = (key,) if key else ()
-        run = Run.create(notebook, all_params, run_id=run_id, outputs=outputs, label=model_params.name,
-                         secrets=secrets)
-        fp = fingerprint.take(server=server.as_dict(), params=all_params, project_dir=project_root(),
-                              secrets=secrets)
+        if models:
+            all_params["models"] = {m.name: m.model_dump() for m in loaded}
+            server_facts = {"url": "per step", "version": "per step", "model": ", ".join(dict.fromkeys(names)),
+                            "root": None, "max_model_len": None}
+        else:
+            all_params |= {"model": loaded[0].model_dump(), "endpoint": ep.url}
+            server_facts = server.as_dict()
+        run = Run.create(notebook, all_params, run_id=run_id, outputs=outputs,
+                         label="-".join(dict.fromkeys(names)), secrets=keys)
+        fp = fingerprint.take(server=server_facts, params=all_params, project_dir=project_root(), secrets=keys)
         run.write_json("fingerprint.json", fp)
     except BaseException:
         lock.release()
         raise
-    study = Study(notebook, model_params, hardware, ep, server, run, report, fp,
-                  bandwidth.limit(model_params, hardware), lock)
+    study = Study(notebook, loaded, hardware, run, report, fp, lock, seal, ep, server)
     _open.append(study)
-    print(f"run {run.id}: {model_params.name} at {ep.url} (vLLM {server.version}); writing {run.path}", flush=True)
+    where = f"at {redact(ep.url)} (server {server.version})" if ep else "started by this study"
+    print(f"run {run.id}: {', '.join(dict.fromkeys(names))} {where}; writing {run.path}", flush=True)
     return study
 
 
-def _settled_delta(ep: Endpoint, before: metrics.Snapshot, settle_s: float) -> metrics.Delta:
-    """vLLM updates its counters just after the answer is sent: wait until the request is counted."""
-    deadline = time.monotonic() + settle_s
-    while True:
-        delta = metrics.delta(before, ep.metrics())
-        if delta[metrics.E2E + "_count"] >= 1 or time.monotonic() > deadline:
-            return delta
-        time.sleep(0.02)
-
-
-def _server_view(d: metrics.Delta) -> dict:
-    """What the server says about the request, in the client's units."""
-    view = {"requests": d[metrics.E2E + "_count"], "generated_tokens": d[metrics.GENERATED],
+def server_view(d: metrics.Delta) -> dict:
+    """What the server says about the request, in the client's units; None wherever it does not say."""
+    view = {"requests": d.requests(), "generated_tokens": d[metrics.GENERATED],
             "prefix_cache_queries": d[metrics.PREFIX_QUERIES], "prefix_cache_hits": d[metrics.PREFIX_HITS],
             "counter_resets": d.reset}
     for name, hist in (("ttft_s", metrics.TTFT), ("prefill_s", metrics.PREFILL), ("decode_s", metrics.DECODE),
                        ("queue_s", metrics.QUEUE), ("e2e_s", metrics.E2E)):
-        total, count = d.histogram(hist)
-        view[name] = total / count if count else None
-    return view | {"spec_decode": d.spec_decode()}
-
-
-def _interference(done: Completion, d: metrics.Delta) -> str | None:
-    """Why the server's counters cannot be this request's alone, or None."""
-    if d.reset:
-        return f"the server restarted during the request (counters went down: {', '.join(d.reset[:3])})"
-    n = d[metrics.E2E + "_count"]
-    if n != 1:
-        return f"the server finished {n:g} requests while this one ran; another client was using it"
-    if done.completion_tokens is not None and d[metrics.GENERATED] != done.completion_tokens:
-        return (f"the server generated {d[metrics.GENERATED]:g} tokens while this request received "
-                f"{done.completion_tokens}; another client was using it")
-    return None
+        view[name] = d.mean(hist)
+    return view | {"spec_decode": d.spec_decode(), "unchecked": metrics.unchecked(d)}
 
 
 def fingerprint_table(fp: dict) -> pd.DataFrame:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sparknb import fingerprint
-from sparknb.fingerprint import redact
+from sparknb.redaction import redact
 
 SERVER = {"version": "0.32.0", "model": "tiny-dense", "root": None, "max_model_len": 2048}
 

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import fingerprint, guard, lifecycle, startup_log
-from .client import Endpoint, EndpointError
-from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
-from .run import Run, read_records
-from .startup_log import STAGES
+from ... import fingerprint, guard
+from ...serving import lifecycle, startup_log
+from ...client import Endpoint, EndpointError
+from ...params import HardwareParams, ModelParams, load_hardware, load_model, project_root
+from ...run import Run, read_records
+from ...serving.startup_log import STAGES
 
 EMPTY = "(empty)"
 EVICT, FIRST_ANSWER = "evict", "first answer"
@@ -123,7 +124,7 @@ class SwapStudy:
         return read_records(self.run.path)
 
     def fingerprint_table(self) -> pd.DataFrame:
-        from .study import fingerprint_table
+        from ...study import fingerprint_table
 
         table = fingerprint_table(self.fingerprint)
         servers = "started per step by this study; each start's vLLM version, weights and dtype are in its record"

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from .client import ServerInfo
-from .params import load_prompts
-from .prompts import filler
-from .run import read_records, verify
-from .study import Study
+from ..client import ServerInfo
+from ..params import load_prompts
+from ..prompts import filler
+from ..run import read_records, verify
+from ..study import Study
 
 FILLER = "random filler"
 SHORT_ANSWER = 128  # tokens: below this a tokens-per-step median rests on too few steps

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .bandwidth import Limit
-from .client import ServerInfo
-from .prompts import PromptMaker
-from .study import Study
+from ..bandwidth import Limit
+from ..client import ServerInfo
+from ..prompts import PromptMaker
+from ..study import Study
 
 
 @dataclass(frozen=True)

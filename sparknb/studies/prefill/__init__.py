@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import metrics
-from .client import ServerInfo
-from .params import project_root
-from .prompts import PromptMaker
-from .run import outputs_dir, read_records, verify
-from .study import Study, fingerprint_table
+from ... import metrics
+from ...client import ServerInfo
+from ...params import project_root
+from ...prompts import PromptMaker
+from ...run import outputs_dir, read_records, verify
+from ...study import Study, fingerprint_table
 
 NOTEBOOK = "prefill"
 # The reference DGX Spark study's lengths: short chat to long document, the range where the gap shows.

@@ -25,7 +25,7 @@ import httpx
 
 from . import testbed
 from .testbed import group_alive, group_members, signal_group  # one copy, shared with the test bed
-from .params import ModelParams
+from ..params import ModelParams
 
 # Lines after which vLLM's API process may linger although its engine is gone: waiting longer is pointless.
 ENGINE_FAILED = ("Engine core initialization failed", "Worker failed with error")

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import metrics, stats
-from .client import Completion, Endpoint, ServerInfo
-from .params import load_model
-from .run import Run, outputs_dir, read_records
+from ... import metrics, stats
+from ...client import Completion, Endpoint, ServerInfo
+from ...params import load_model
+from ...run import Run, outputs_dir, read_records
 
 NOTEBOOK = "mmlu_pro"
 LETTERS = "ABCDEFGHIJ"

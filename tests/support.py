@@ -1,0 +1,86 @@
+"""What several test files need: notebook runs as a user types them, output text, ports, fake servers.
+
+The fake HTTP servers exist only for what a real vLLM cannot do on purpose (drop a stream halfway,
+answer 500, write a reasoning model's **Question:** heading); each test that uses one says why.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import nbformat
+
+from sparknb.params import project_root
+
+
+def run_notebook(name: str, tmp_path: Path, parameters: dict) -> tuple[nbformat.NotebookNode, Path]:
+    """The plain papermill command a user would type, through papermill's own API; returns the executed
+    notebook and the one run folder it made under tmp_path/outputs."""
+    import papermill
+
+    outputs = tmp_path / "outputs"
+    before = set((outputs / name).iterdir()) if (outputs / name).exists() else set()
+    out = tmp_path / f"{name}-{len(before)}.ipynb"
+    papermill.execute_notebook(str(project_root() / "notebooks" / f"{name}.ipynb"), str(out), progress_bar=False,
+                               parameters={"outputs": str(outputs), **parameters})
+    (folder,) = set((outputs / name).iterdir()) - before
+    return nbformat.read(out, as_version=4), folder
+
+
+def outputs_text(nb: nbformat.NotebookNode) -> str:
+    """Every output of every cell, as text: what a reader of the notebook sees."""
+    return "\n".join(str(o.get("text", "")) + json.dumps(o.get("data", {}))
+                     for c in nb.cells for o in c.get("outputs", []))
+
+
+def free_port() -> int:
+    """A port nothing listens on right now (closed again before it is returned)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def folder_text(folder: Path) -> str:
+    """Every file below a folder, read as text: for checking that no secret reached any of them."""
+    return "\n".join(p.read_text(errors="replace") for p in sorted(folder.rglob("*")) if p.is_file())
+
+
+@contextmanager
+def serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A fake HTTP server on 127.0.0.1 for the duration of a test; yields its /v1 URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class FakeHandler(BaseHTTPRequestHandler):
+    """Quiet, with helpers to answer JSON and stream server-sent events."""
+
+    def log_message(self, *args):
+        pass
+
+    def send_body(self, status: int, body: str, kind: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+
+    def event(self, obj: dict) -> None:
+        self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
+        self.wfile.flush()
