@@ -71,8 +71,10 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
     folder = Path(outputs or outputs_dir()) / notebook / run_id
     folder.mkdir(parents=True)
     executed = folder / "notebook.ipynb"
-    injected = hide_secrets(parameters, os.environ) | {"run_id": run_id, "outputs": str(Path(outputs or outputs_dir())),
-                                                       "seal": False}
+    secrets: dict[str, str] = {}
+    injected = hide_secrets(parameters, secrets) | {"run_id": run_id, "outputs": str(Path(outputs or outputs_dir())),
+                                                    "seal": False}
+    os.environ.update(secrets)  # the kernel inherits them; gone again once it has ended
     try:
         papermill.execute_notebook(str(source), str(executed), parameters=injected, log_output=True,
                                    progress_bar=False)  # in the caller's folder: relative paths mean what they say
@@ -84,6 +86,9 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
         _close(folder, executed, failure=why)
         raise CliError(f"{notebook} failed halfway: {why}\nEvery record taken so far is kept, "
                        f"sealed, in {folder}") from None
+    finally:
+        for name in secrets:
+            os.environ.pop(name, None)
     _close(folder, executed)
     return folder
 

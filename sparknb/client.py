@@ -148,6 +148,14 @@ class Endpoint:
                                 "Exact-length prompts need vLLM's /tokenize.")
         return r.json()["tokens"]
 
+    def tokenize_chat(self, messages: list[dict]) -> list[int]:
+        """The prompt tokens of a chat request as the server will see them, chat template included."""
+        r = self._get("/tokenize", method="POST",
+                      json={"model": self.model, "messages": messages, "add_generation_prompt": True})
+        if r.status_code != 200:
+            raise EndpointError(f"{self.shown_root}/tokenize answered {r.status_code} for a chat: {r.text[:200]}.")
+        return r.json()["tokens"]
+
     def metrics(self) -> Snapshot:
         r = self._get("/metrics")
         if r.status_code != 200:

@@ -124,11 +124,12 @@ def resolve_endpoint(value: str) -> str:
 
 def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[str] = (), endpoint: str = "",
           force: bool = False, run_id: str = "", outputs: str = "", seal: bool = True,
-          validate: Callable[[ServerInfo], None] | None = None) -> Study:
+          validate: Callable[[ServerInfo, Endpoint], None] | None = None) -> Study:
     """Check everything, then open the run. `settings` are the notebook's parameters, recorded as given.
 
     `model` is measured through its endpoint; `models` (the swap study) are started by the study
-    itself, so there is no server to ask yet.
+    itself, so there is no server to ask yet. `validate(server, endpoint)` is the plan's own check
+    against the server (context length, the prompts' real token counts), before the lock is taken.
     """
     for old in list(_open):  # a rerun of the notebook in the same kernel
         old.lock.release()
@@ -146,7 +147,7 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
                       api_key=loaded[0].api_key())
         server = ep.info()
         if validate:
-            validate(server)
+            validate(server, ep)
     names = [m.name for m in loaded]
     lock = guard.RunLock({"notebook": notebook, "model": ", ".join(dict.fromkeys(names)), "run_id": run_id or "(new)"})
     lock.acquire(force=force)

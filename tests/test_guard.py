@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from sparknb import fingerprint
 from sparknb.guard import GuardError, GuardReport, RunLock, check
+from sparknb.metrics import Snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 QUIET = {"running": 0.0, "waiting": 0.0}
@@ -44,6 +46,20 @@ def test_unreadable_load_stops_the_run() -> None:
         check(server_load={"running": float("nan")}, gpu=gpu_with())
 
 
+def test_a_server_without_the_load_gauges_is_refused_and_forcing_records_it_unchecked() -> None:
+    # A server whose /metrics lacks the gauges: the old guard read 0 and passed, so "busy" could never be found.
+    load = Snapshot.parse("vllm:generation_tokens_total 12\n").load()
+    with pytest.raises(GuardError, match="could not read how many requests are running"):
+        check(server_load=load, gpu=gpu_with())
+    report = check(server_load=load, gpu=gpu_with(), force=True)
+    assert report.forced and all(f.startswith("unchecked:") for f in report.findings) and len(report.findings) == 2
+
+
+def test_no_server_to_ask_is_not_an_unreadable_one() -> None:
+    # The swap study starts its own servers: there is no load to read, and that is not a finding.
+    assert check(server_load=None, gpu=gpu_with()).findings == []
+
+
 def test_quiet_machine_passes() -> None:
     report = check(server_load=QUIET, gpu=gpu_with())
     assert report == GuardReport(findings=[], forced=False, gpu="1 GPU(s), 0 compute process(es) seen")
@@ -55,9 +71,21 @@ def test_no_gpu_is_recorded_and_the_run_goes_on() -> None:
     assert not report.findings
 
 
-def test_real_nvml_is_asked_when_no_gpu_dict_is_given() -> None:
+def test_real_nvml_is_asked_when_no_gpu_dict_is_given(monkeypatch) -> None:
+    # What NVML says, read here without sparknb: the guard's summary must agree with it.
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        expected = f"{pynvml.nvmlDeviceGetCount()} GPU(s)"
+        pynvml.nvmlShutdown()
+    except Exception as exc:  # no driver here: the guard must say why, in NVML's words
+        expected = f"no NVIDIA GPU: nvmlInit failed: {exc}" if "pynvml" in sys.modules else "no NVIDIA GPU: pynvml"
     report = check(server_load=QUIET, allow_pids=[os.getpid()])
-    assert report.gpu.startswith(("no NVIDIA GPU: ", "1 GPU(s)", "2 GPU(s)", "4 GPU(s)", "8 GPU(s)"))
+    assert report.gpu.startswith(expected)
+    # And the guard really asks NVML when given nothing: a different answer from it shows up in the report.
+    monkeypatch.setattr(fingerprint, "nvml", lambda: {"available": False, "reason": "sentinel from the test"})
+    assert check(server_load=QUIET).gpu == "no NVIDIA GPU: sentinel from the test"
 
 
 def test_force_keeps_the_findings_and_says_it_was_forced() -> None:

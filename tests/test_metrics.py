@@ -48,7 +48,34 @@ def test_other_models_and_buckets_are_left_out_and_engines_summed():
     snap = scrape(5, 15, 9, [3], 0.5, 2)
     assert snap[metrics.DRAFTS] == 5  # not 105: the other model's counter is not ours
     assert not any("_bucket" in k for k in snap.values)
-    assert snap.load() == {"running": 3.0, "waiting": 0.0}
+    assert snap.load()["running"] == 3.0
+
+
+def test_a_gauge_the_server_does_not_expose_is_unknown_not_zero():
+    # The scrape has a running gauge but no waiting one: a renamed or missing gauge must not read as idle.
+    snap = scrape(5, 15, 9, [3], 0.5, 2)
+    assert snap.load() == {"running": 3.0, "waiting": None}
+    assert snap[metrics.PREFIX_HITS] is None
+
+
+def test_counters_the_server_does_not_expose_are_unknown_and_named():
+    before = Snapshot.parse("vllm:num_requests_running 0\n", "m")
+    after = Snapshot.parse("vllm:num_requests_running 0\n", "m")
+    d = delta(before, after)
+    assert d[metrics.PREFIX_HITS] is None and d.requests() is None and d.mean(metrics.DECODE) is None
+    assert d.spec_decode()["tokens_per_step"] is None  # unknown, not "one token per step"
+    assert metrics.interference(d, 1, 10) is None  # nothing to judge by ...
+    assert set(metrics.unchecked(d)) == {"whether another client used the server", "the tokens the server generated",
+                                         "prefix-cache hits", "the server's own decode time"}  # ... and said so
+
+
+def test_interference_is_judged_from_the_counters():
+    d = delta(scrape(0, 0, 0, [], 1.0, 3), scrape(0, 0, 0, [], 1.85, 4))
+    assert metrics.interference(d, 1, None) is None
+    two = metrics.Delta({metrics.E2E + "_count": 2.0, metrics.GENERATED: 20.0})
+    assert "finished 2 requests" in metrics.interference(two, 1, 10)
+    more = metrics.Delta({metrics.E2E + "_count": 1.0, metrics.GENERATED: 25.0})
+    assert "generated 25 tokens" in metrics.interference(more, 1, 10)
 
 
 def test_histogram_delta_gives_this_requests_time():

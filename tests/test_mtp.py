@@ -1,16 +1,17 @@
 """Speculative-decoding gain by prompt kind: real runs against the n-gram tiny-moe and the plain tiny-dense."""
 
+import dataclasses
 import json
 
-import nbformat
-import papermill
 import pytest
 
-from sparknb import bandwidth, mtp
-from sparknb.params import ParamsError, load_model, project_root
+from sparknb import bandwidth
+from sparknb.client import Endpoint, ServerInfo
+from sparknb.errors import ParamsError
+from sparknb.params import load_model
 from sparknb.run import read_records, verify
-
-NOTEBOOK = project_root() / "notebooks" / "mtp.ipynb"
+from sparknb.studies import mtp
+from support import run_notebook
 
 # Random weights write noise; n-gram lookup drafts from the prompt and the answer so far, so text that
 # repeats itself is guessed more often than text that does not.
@@ -25,12 +26,8 @@ prompts:
 def run(tmp_path, server, model, **params):
     prompts = tmp_path / "prompts.yaml"
     prompts.write_text(PROMPTS)
-    out = tmp_path / f"{model}.ipynb"
-    papermill.execute_notebook(str(NOTEBOOK), str(out), progress_bar=False, parameters={
-        "model": model, "endpoint": server.url, "outputs": str(tmp_path / "outputs"), "prompt_set": str(prompts),
-        "repetitions": 3, "temperature": 0.0, "output_tokens": 96, **params})
-    folders = sorted((tmp_path / "outputs" / "mtp").iterdir(), key=lambda p: p.stat().st_mtime)
-    return nbformat.read(out, as_version=4), folders[-1]
+    return run_notebook("mtp", tmp_path, {"model": model, "endpoint": server.url, "prompt_set": str(prompts),
+                                          "repetitions": 3, "temperature": 0.0, "output_tokens": 96, **params})
 
 
 @pytest.mark.server
@@ -53,11 +50,11 @@ def test_speculative_and_plain_runs_and_their_comparison(tmp_path, tiny_moe, tin
         assert row["GB read/token"] == pytest.approx(step_bytes / row["tokens/step"] / 1e9)
     assert verify(spec_run) == []
 
-    nb, plain_run = run(tmp_path, tiny_dense, "tiny-dense", compare_with=[str(spec_run)], random_filler=False)
+    nb, plain_run = run(tmp_path, tiny_dense, "tiny-dense", compare_with=[spec_run.name], random_filler=False)
     summary = json.loads((plain_run / "summary.json").read_text())
     assert summary["speculative"] is False
     assert all(row["tokens/step"] == 1.0 for row in summary["table"])
-    assert any("does not run speculative decoding" in n for n in summary["findings"])
+    assert any("does not run speculative decoding" in n["text"] for n in summary["findings"])
     comparison = {row["prompt"]: row for row in summary["comparison"]}
     here = {row["prompt"]: row["tok/s"] for row in summary["table"]}
     there = {row["prompt"]: row["tok/s"] for row in rows.values()}
@@ -93,3 +90,18 @@ def test_bad_prompt_sets_are_refused_before_any_request(tmp_path):
         _plan(repetitions=0)
     with pytest.raises(ValueError, match="not a sparknb run folder"):
         _plan(compare_with=[str(tmp_path)])
+
+
+@pytest.mark.server
+def test_a_prompt_that_does_not_fit_is_refused_with_its_real_token_count(tiny_moe):
+    # Counted by the server's own tokenizer with the chat template, not assumed to be 512 tokens.
+    endpoint = Endpoint(tiny_moe.url, "tiny-moe")
+    plan = _plan(output_tokens=100)
+    counts = {kind: len(endpoint.tokenize_chat([{"role": "user", "content": text}]))
+              for kind, text in plan.texts().items()}
+    kind, longest = max(counts.items(), key=lambda kv: kv[1])
+    assert longest != 512 and all(n > 10 for n in counts.values())
+    server = ServerInfo(tiny_moe.url, "0.32.0", "tiny-moe", None, longest + 99, ["tiny-moe"])
+    with pytest.raises(ParamsError, match=f"The {kind!r} prompt is {longest} tokens"):
+        plan.check_server(server, endpoint)
+    plan.check_server(dataclasses.replace(server, max_model_len=longest + 100), endpoint)  # just fits

@@ -1,13 +1,14 @@
 """Sealed run folders: nothing overwritten, every change detected, records kept as they come."""
 
 import json
-import os
+import shutil
 import stat
 
 import pytest
 
 from sparknb.cli import main
-from sparknb.run import Run, RunError, read_records, verify
+from sparknb.errors import DataError, RunError
+from sparknb.run import Run, read_past, read_records, verify
 
 
 def make(tmp_path, **kw):
@@ -59,9 +60,8 @@ def test_a_sealed_run_is_read_only_and_verifies(tmp_path):
 
 
 def _unseal(path):
-    path.chmod(0o755)
-    for p in path.iterdir():
-        p.chmod(0o644)
+    for p in [path, *path.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
 
 
 def test_any_change_is_detected(tmp_path, capsys):
@@ -88,3 +88,70 @@ def test_secrets_never_reach_the_files(tmp_path):
     run.write_text("notes.txt", "sk-very-secret-1234")
     text = "".join(p.read_text() for p in run.path.iterdir())
     assert "sk-very-secret-1234" not in text and "hunter22" not in text
+
+
+def _sealed(tmp_path, notebook="decode", **kw):
+    run = Run.create(notebook, {"notebook": notebook, "model": {"name": "tiny-dense"}}, outputs=tmp_path,
+                     label="tiny-dense", **kw)
+    run.write_json("fingerprint.json", {"host": "here"})
+    run.record({"n": 1})
+    run.seal()
+    return run
+
+
+def test_a_file_added_in_a_subfolder_is_caught(tmp_path):
+    run = Run.create("swap", {"model": "x"}, outputs=tmp_path)
+    (run.path / "logs").mkdir()
+    (run.path / "logs" / "server.log").write_text("started")
+    run.seal()
+    assert verify(run.path) == []
+    _unseal(run.path)
+    (run.path / "logs" / "extra.log").write_text("x")
+    assert verify(run.path) == ["added after sealing: logs/extra.log"]
+
+
+def test_an_empty_folder_and_a_symlink_added_are_caught(tmp_path):
+    run = _sealed(tmp_path)
+    _unseal(run.path)
+    (run.path / "empty").mkdir()
+    (run.path / "link.jsonl").symlink_to(run.path / "records.jsonl")
+    assert verify(run.path) == ["folder added after sealing: empty", "symbolic link: link.jsonl"]
+
+
+def test_a_sealed_run_copied_under_another_run_id_is_caught(tmp_path):
+    run = _sealed(tmp_path)
+    copy = run.path.parent / "20990101-000000-tiny-dense-abcdef"
+    shutil.copytree(run.path, copy)
+    assert verify(copy) == [f"renamed: the folder is {copy.name!r} but the run sealed in it is {run.id!r}"]
+
+
+def test_past_runs_are_read_by_folder_or_by_run_id_under_outputs(tmp_path):
+    run = _sealed(tmp_path)
+    by_id = read_past(run.id, "decode", outputs=tmp_path)
+    by_path = read_past([str(run.path)], "decode")
+    assert [r.path for r in by_id] == [r.path for r in by_path] == [run.path]
+    assert by_id[0].label == "tiny-dense" and by_id[0].records == [{"n": 1}] and by_id[0].failure is None
+    assert read_past("", "decode") == [] and read_past([], "decode") == []
+
+
+def test_past_runs_that_are_tampered_unsealed_missing_or_of_another_study_are_refused_all_at_once(tmp_path):
+    tampered = _sealed(tmp_path)
+    _unseal(tampered.path)
+    (tampered.path / "records.jsonl").write_text(json.dumps({"n": 2}) + "\n")
+    unsealed = Run.create("decode", {"notebook": "decode"}, outputs=tmp_path)
+    other = _sealed(tmp_path, notebook="prefill")
+    with pytest.raises(DataError) as e:
+        read_past([tampered.id, str(unsealed.path), "no-such-run", str(other.path), tampered.id], "decode",
+                  what="compare_with", outputs=tmp_path)
+    text = str(e.value)
+    assert "changed: records.jsonl" in text and "never sealed" in text and "'no-such-run': no such run" in text
+    assert "is a 'prefill' run" in text and "names" in text and "twice" in text
+
+
+def test_a_run_that_died_unsealed_can_be_sealed_by_hand_marked_failed(tmp_path, capsys):
+    run = Run.create("decode", {"notebook": "decode"}, outputs=tmp_path)
+    run.record({"n": 1})
+    assert main(["seal", str(run.path)]) == 0
+    assert verify(run.path) == []
+    assert json.loads((run.path / "failure.json").read_text())["failed_halfway"] is True
+    assert main(["seal", str(run.path)]) == 2 and "sealed already" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from sparknb import stats
@@ -38,19 +39,35 @@ def test_bonett_price_by_hand_from_the_formula():
     assert ci.low == pytest.approx(-0.50836, abs=5e-5) and ci.high == pytest.approx(-0.01338, abs=5e-5)
 
 
-def test_the_seed_studys_figures_are_reproduced():
-    # The seed: 280 questions, 82.1% against 81.4% (230 and 228 right), 95% interval on the difference
-    # [-5.6, +7.0] points. Bonett-Price gives exactly that with 41 and 39 discordant questions.
+def test_the_seeds_published_interval_implies_its_discordance():
+    # The seed gives 280 questions, 230 and 228 right, and [-5.6, +7.0] points, but not the discordant
+    # counts. Searched rather than typed in: of every split with b - c = 2, only b + c = 80 (41 and 39)
+    # rounds to the published interval. A wrong formula would find another count, or none.
+    matches = [b + (b - 2) for b in range(2, 140)
+               if stats.paired_difference(stats.Pairs(230 - b, b, b - 2, 52 - b)).points(signed=True)
+               == "+0.7 points [-5.6, +7.0]"]
+    assert matches == [80]
     pairs = stats.Pairs(both=189, a_only=41, b_only=39, neither=11)
-    assert pairs.n == 280
-    assert f"{100 * 230 / 280:.1f} {100 * 228 / 280:.1f}" == "82.1 81.4"
-    assert stats.paired_difference(pairs).points(signed=True) == "+0.7 points [-5.6, +7.0]"
     assert stats.mcnemar(pairs).pvalue > 0.5
     # The seed's "roughly 700 questions" buys +/-4 points at this discordance, not +/-2: two points
     # needs about 2,800. Hand-computed: z^2 (0.29078 - 0.00709^2) / h^2 - 2.
     z2 = 1.959964 ** 2
     assert stats.questions_needed(pairs, 0.04) == math.ceil(z2 * (82 / 282 - (2 / 282) ** 2) / 0.04 ** 2 - 2) == 697
     assert stats.questions_needed(pairs, 0.02) == 2791
+
+
+def test_the_paired_interval_covers_the_true_difference_95_percent_of_the_time():
+    # An independent check of the formula: draw many 2x2 tables from known rates and count how often
+    # the interval holds the true difference. Bonett-Price's coverage is close to the nominal 95%.
+    rng = np.random.default_rng(7)
+    p = {"both": 0.68, "a_only": 0.15, "b_only": 0.11, "neither": 0.06}
+    truth = p["a_only"] - p["b_only"]
+    draws = rng.multinomial(280, list(p.values()), size=4000)
+    covered = 0
+    for both, a_only, b_only, neither in draws:
+        ci = stats.paired_difference(stats.Pairs(int(both), int(a_only), int(b_only), int(neither)))
+        covered += ci.low <= truth <= ci.high
+    assert 0.935 <= covered / len(draws) <= 0.965
 
 
 def test_questions_needed_really_narrows_the_interval():

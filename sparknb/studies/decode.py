@@ -6,50 +6,36 @@ ignore_eos), so every repetition does the same work. Warmup requests are recorde
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Annotated, ClassVar
 
 import pandas as pd
+from pydantic import Field
 
+from .. import params
 from ..bandwidth import Limit
-from ..client import ServerInfo
+from ..client import Endpoint, ServerInfo
+from ..errors import ParamsError
 from ..prompts import PromptMaker
+from ..report import Finding, info, warning
 from ..study import Study
 
 
-@dataclass(frozen=True)
-class Plan:
-    prompt_lengths: tuple[int, ...]
-    output_tokens: int
-    warmup: int
-    repetitions: int
-    temperature: float
+class Plan(params.Plan):
+    study: ClassVar[str] = "decode"
+    prompt_lengths: list[Annotated[int, Field(ge=16)]] = Field(
+        min_length=1, description="prompt sizes in whole tokens, 16 or more, e.g. [111, 364]")
+    output_tokens: int = Field(150, ge=2, description="decode speed needs two tokens or more")
+    warmup: int = Field(1, ge=0)
+    repetitions: int = Field(5, ge=1)
+    temperature: float = Field(0.0, ge=0, le=2)
 
-    def __post_init__(self):
-        problems = []
-        if not self.prompt_lengths:
-            problems.append("prompt_lengths is empty: give at least one length, e.g. [111, 364]")
-        bad = [n for n in self.prompt_lengths if not isinstance(n, int) or isinstance(n, bool) or n < 16]
-        if bad:
-            problems.append(f"prompt_lengths must be whole numbers of tokens, 16 or more; got {bad}")
-        if not isinstance(self.output_tokens, int) or self.output_tokens < 2:
-            problems.append(f"output_tokens must be a whole number, 2 or more (decode speed needs two "
-                            f"tokens); got {self.output_tokens!r}")
-        if not isinstance(self.repetitions, int) or self.repetitions < 1:
-            problems.append(f"repetitions must be 1 or more; got {self.repetitions!r}")
-        if not isinstance(self.warmup, int) or self.warmup < 0:
-            problems.append(f"warmup must be 0 or more; got {self.warmup!r}")
-        if not isinstance(self.temperature, (int, float)) or not 0 <= self.temperature <= 2:
-            problems.append(f"temperature must be between 0 and 2; got {self.temperature!r}")
-        if problems:
-            raise ValueError("Bad decode parameters:\n  " + "\n  ".join(problems))
-
-    def check_server(self, server: ServerInfo) -> None:
+    def check_server(self, server: ServerInfo, endpoint: Endpoint | None = None) -> None:
         """Every prompt plus its answer must fit the model's context, or the server would refuse halfway."""
         if server.max_model_len is None:
             return
         too_long = [n for n in self.prompt_lengths if n + self.output_tokens > server.max_model_len]
         if too_long:
-            raise ValueError(
+            raise ParamsError(
                 f"prompt length(s) {too_long} plus {self.output_tokens} output tokens exceed the server's "
                 f"max_model_len of {server.max_model_len} for {server.model}. Drop them from prompt_lengths "
                 "or restart the server with a larger --max-model-len.")
@@ -60,18 +46,20 @@ def sweep(study: Study, plan: Plan) -> pd.DataFrame:
     maker = PromptMaker(study.endpoint.tokenize)
     total = len(plan.prompt_lengths) * (plan.warmup + plan.repetitions)
     k = 0
-    for length in plan.prompt_lengths:
-        for rep in range(-plan.warmup, plan.repetitions):
-            k += 1
-            prompt = maker.make(length)
-            rec = study.request(
-                {"prompt_length": length, "rep": rep, "warmup": rep < 0},
-                lambda ep: ep.complete(prompt, max_tokens=plan.output_tokens, temperature=plan.temperature),
-            )
-            tps = rec["decode_tokens_per_s"]
-            print(f"[{k}/{total}] {length} tokens, {'warmup' if rep < 0 else f'rep {rep + 1}'}: "
-                  f"TTFT {1000 * (rec['ttft_s'] or float('nan')):.0f} ms, decode {'n/a' if tps is None else f'{tps:.1f}'} tok/s"
-                  + (f"  !! {rec['interference']}" if rec["interference"] else ""), flush=True)
+    with study.measuring():
+        for length in plan.prompt_lengths:
+            for rep in range(-plan.warmup, plan.repetitions):
+                k += 1
+                prompt = maker.make(length)
+                rec = study.request(
+                    {"prompt_length": length, "rep": rep, "warmup": rep < 0},
+                    lambda ep: ep.complete(prompt, max_tokens=plan.output_tokens, temperature=plan.temperature),
+                )
+                tps = rec["decode_tokens_per_s"]
+                print(f"[{k}/{total}] {length} tokens, {'warmup' if rep < 0 else f'rep {rep + 1}'}: "
+                      f"TTFT {1000 * (rec['ttft_s'] or float('nan')):.0f} ms, decode "
+                      f"{'n/a' if tps is None else f'{tps:.1f}'} tok/s"
+                      + (f"  !! {rec['interference']}" if rec["interference"] else ""), flush=True)
     return frame(study.records())
 
 
@@ -93,22 +81,29 @@ def frame(records: list[dict]) -> pd.DataFrame:
             "decode_tok_s": r["decode_tokens_per_s"],
             "server_decode_s": server.get("decode_s"),
             "server_ttft_s": server.get("ttft_s"),
-            "tokens_per_step": spec.get("tokens_per_step", 1.0),
+            "tokens_per_step": spec.get("tokens_per_step"),
             "interference": r.get("interference"),
+            "unchecked": ", ".join(server.get("unchecked") or []) or None,
         })
     return pd.DataFrame(rows)
 
 
 def summarize(df: pd.DataFrame, study: Study) -> pd.DataFrame:
-    """Per prompt length: the spread of decode speed, TTFT, vLLM's own decode time and the limit."""
+    """Per prompt length: the spread of decode speed, TTFT, vLLM's own decode time and the limit.
+
+    Tokens per step comes from the server's speculative-decoding counters; a server without them
+    serves one token per step only if the model's params name no speculative method, else it is unknown
+    and so is the limit.
+    """
     clean = df[df["interference"].isna()]
     out = []
     for length, g in clean.groupby("prompt_length"):
         tokens = g["decode_tokens"].sum()
         ms_client = 1000 * g["decode_s"].sum() / tokens
         ms_server = 1000 * g["server_decode_s"].sum() / tokens if g["server_decode_s"].notna().all() else None
-        tps_step = float(g["tokens_per_step"].median())
-        limit_tps = study.limit.tokens_per_s(tps_step)
+        steps = g["tokens_per_step"].dropna()
+        tps_step = float(steps.median()) if len(steps) else (None if study.model.speculative else 1.0)
+        limit_tps = study.limit.tokens_per_s(tps_step) if tps_step is not None else None
         median = float(g["decode_tok_s"].median())
         out.append({
             "prompt tokens": int(length),
@@ -128,48 +123,56 @@ def summarize(df: pd.DataFrame, study: Study) -> pd.DataFrame:
     return pd.DataFrame(out).set_index("prompt tokens") if out else pd.DataFrame()
 
 
-def findings(df: pd.DataFrame, table: pd.DataFrame, limit: Limit, hardware: str) -> list[str]:
+def findings(df: pd.DataFrame, table: pd.DataFrame, limit: Limit, hardware: str) -> list[Finding]:
     """Plain sentences about what the numbers mean, and every reason to doubt them."""
     notes = []
     dropped = df["interference"].notna().sum()
     if dropped:
-        notes.append(f"WARNING: {dropped} request(s) were left out because another client used the server "
-                     "meanwhile; see the 'interference' column of the records.")
+        notes.append(warning(f"{dropped} request(s) were left out because another client used the server "
+                             "meanwhile; see the 'interference' column of the records."))
+    unchecked = sorted(set(df["unchecked"].dropna())) if "unchecked" in df else []
+    if unchecked:
+        notes.append(warning(f"The server's counters could not be read for: {'; '.join(unchecked)}. Those "
+                             "cross-checks are unknown, not passed."))
     off = df[df["prompt_tokens"] != df["prompt_length"]]
     if len(off):
-        notes.append(f"WARNING: {len(off)} prompt(s) were not the length asked for: the server counted "
-                     f"{sorted(set(off['prompt_tokens']))} tokens for {sorted(set(off['prompt_length']))}.")
+        notes.append(warning(f"{len(off)} prompt(s) were not the length asked for: the server counted "
+                             f"{sorted(set(off['prompt_tokens']))} tokens for {sorted(set(off['prompt_length']))}."))
     if df["completion_tokens"].isna().any():
-        notes.append("WARNING: the server sent no usage; token counts and decode speeds are unknown, not guessed.")
+        notes.append(warning("the server sent no usage; token counts and decode speeds are unknown, not guessed."))
     if table.empty:
-        return notes + ["No clean measurement was taken."]
+        return notes + [info("No clean measurement was taken.")]
     speeds = table["decode tok/s (median)"]
     first, last = speeds.iloc[0], speeds.iloc[-1]
-    notes.append(f"Decode runs at {first:.1f} tok/s with a {table.index[0]}-token prompt and {last:.1f} tok/s "
-                 f"at {table.index[-1]} tokens ({100 * (last / first - 1):+.1f}%).")
+    notes.append(info(f"Decode runs at {first:.1f} tok/s with a {table.index[0]}-token prompt and {last:.1f} tok/s "
+                      f"at {table.index[-1]} tokens ({100 * (last / first - 1):+.1f}%)."))
     timed = df[df["interference"].isna() & df["server_decode_s"].notna()]
     bursty = timed[(timed["decode_s"] - timed["server_decode_s"]).abs() > 0.1 * timed["server_decode_s"]]
     if len(bursty):
-        notes.append(f"WARNING: {len(bursty)} of {len(timed)} answers reached the client in bursts: their first-to-last "
-                     "token time differs from vLLM's own by more than 10%, so their client-side speeds are not "
-                     "per-token speeds (a busy client machine or API server does this). Lengths affected: "
-                     f"{sorted(set(bursty['prompt_length']))}.")
+        notes.append(warning(f"{len(bursty)} of {len(timed)} answers reached the client in bursts: their first-to-last "
+                             "token time differs from vLLM's own by more than 10%, so their client-side speeds are "
+                             "not per-token speeds (a busy client machine or API server does this). Lengths "
+                             f"affected: {sorted(set(bursty['prompt_length']))}."))
     gap = table["client vs vLLM %"].dropna()
     if len(gap):
         worst = gap.abs().max()
-        notes.append(f"The client's ms per token is within {worst:.1f}% of vLLM's own "
-                     f"request_decode_time over the same requests"
-                     + (" - close enough to trust." if worst <= 2 else " - WARNING: more than 2%, look at the network "
-                        "or client load before trusting these figures."))
+        text = f"The client's ms per token is within {worst:.1f}% of vLLM's own request_decode_time over the same requests"
+        notes.append(info(text + " - close enough to trust.") if worst <= 2 else
+                     warning(text + " - more than 2%, look at the network or client load before trusting these figures."))
+    else:
+        notes.append(warning("vLLM's own decode time could not be read, so the client's figures are not "
+                             "cross-checked against the server's."))
     share = table["% of limit"].dropna()
     if len(share):
-        notes.append(f"That is {share.min():.0f}% to {share.max():.0f}% of the bandwidth limit "
-                     f"({limit.source}).")
+        notes.append(info(f"That is {share.min():.0f}% to {share.max():.0f}% of the bandwidth limit ({limit.source})."))
+    elif limit.bandwidth_bytes_s is None:
+        notes.append(info(f"No bandwidth limit is drawn: the hardware params ({hardware}) give no memory bandwidth."))
     else:
-        notes.append(f"No bandwidth limit is drawn: the hardware params ({hardware}) give no memory bandwidth.")
-    if (table["tokens/step"] > 1).any():
-        notes.append("Speculative decoding is on: the limit is divided by the measured tokens per step, and "
-                     "tok/s depends on how predictable the text is (random filler here).")
+        notes.append(warning("No bandwidth limit is drawn: the model is speculative and the server exposes no "
+                             "speculative-decoding counters, so the tokens per step are unknown."))
+    if (table["tokens/step"].dropna() > 1).any():
+        notes.append(info("Speculative decoding is on: the limit is divided by the measured tokens per step, and "
+                          "tok/s depends on how predictable the text is (random filler here)."))
     return notes
 
 

@@ -8,68 +8,79 @@ Random filler, what most benchmarks send, cannot be guessed and hides the gain.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-from pathlib import Path
+from typing import ClassVar
 
 import pandas as pd
+from pydantic import Field, PrivateAttr, model_validator
 
-from ..client import ServerInfo
-from ..params import load_prompts
+from .. import params
+from ..client import Endpoint, ServerInfo
+from ..errors import ParamsError
 from ..prompts import filler
-from ..run import read_records, verify
+from ..report import Finding, info, warning
+from ..run import PastRun, read_past
 from ..study import Study
 
 FILLER = "random filler"
 SHORT_ANSWER = 128  # tokens: below this a tokens-per-step median rests on too few steps
 
 
-@dataclass(frozen=True)
-class Plan:
-    prompts: dict[str, str]
-    repetitions: int
-    temperature: float
-    output_tokens: int
-    random_filler: bool
-    compare_with: tuple[str, ...] = field(default=())
+class Plan(params.Plan):
+    study: ClassVar[str] = "mtp"
+    prompt_set: str = Field("reference", description="a prompt file under params/prompts/, or a path to one")
+    kinds: list[str] = Field(default_factory=list, description="kinds of the set to send; empty for all")
+    random_filler: bool = True
+    repetitions: int = Field(3, ge=1)
+    temperature: float = Field(0.7, ge=0, le=2)
+    output_tokens: int = Field(512, ge=16)
+    compare_with: list[str] = Field(default_factory=list, description="earlier mtp run folders or run ids")
+    outputs: str = Field("", exclude=True)
+    _prompts: dict[str, str] = PrivateAttr(default_factory=dict)
+    _past: list[PastRun] = PrivateAttr(default_factory=list)
 
-    @classmethod
-    def build(cls, prompt_set: str, kinds: list, repetitions: int, temperature: float, output_tokens: int,
-              random_filler: bool, compare_with: list | str = ()) -> Plan:
-        """Everything checked before a request is sent: the prompt file, the kinds, the numbers."""
-        available = load_prompts(prompt_set).prompts
-        unknown = [k for k in kinds if k not in available]
+    @model_validator(mode="after")
+    def _read(self) -> Plan:
+        """The prompt file and the earlier runs, read once, before any request."""
+        available = params.load_prompts(self.prompt_set).prompts
+        unknown = [k for k in self.kinds if k not in available]
         if unknown:
-            raise ValueError(f"unknown prompt kind(s) {unknown}; {prompt_set!r} has {list(available)}. "
+            raise ValueError(f"unknown prompt kind(s) {unknown}; {self.prompt_set!r} has {list(available)}. "
                              "Add them to the prompt file or drop them from `kinds`.")
-        chosen = {k: available[k] for k in (kinds or available)}
-        problems = []
-        if not isinstance(repetitions, int) or repetitions < 1:
-            problems.append(f"repetitions must be 1 or more; got {repetitions!r}")
-        if not isinstance(output_tokens, int) or output_tokens < 16:
-            problems.append(f"output_tokens must be 16 or more; got {output_tokens!r}")
-        if not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
-            problems.append(f"temperature must be between 0 and 2; got {temperature!r}")
-        if problems:
-            raise ValueError("Bad mtp parameters:\n  " + "\n  ".join(problems))
-        runs = (compare_with,) if isinstance(compare_with, str) else tuple(compare_with)
-        for run in runs:
-            _check_comparable(Path(run))
-        return cls(chosen, repetitions, temperature, output_tokens, random_filler, runs)
+        self._prompts = {k: available[k] for k in (self.kinds or available)}
+        self._past = read_past(self.compare_with, "mtp", outputs=self.outputs)
+        return self
 
-    def check_server(self, server: ServerInfo) -> None:
-        if server.max_model_len is not None and self.output_tokens + 512 > server.max_model_len:
-            raise ValueError(f"output_tokens {self.output_tokens} leaves no room for a prompt within the "
-                             f"server's max_model_len of {server.max_model_len}")
+    @property
+    def prompts(self) -> dict[str, str]:
+        return dict(self._prompts)
+
+    @property
+    def past(self) -> list[PastRun]:
+        return list(self._past)
+
+    def texts(self) -> dict[str, str]:
+        """Every kind that will be sent, with its text; random filler is seeded per repetition."""
+        return self.prompts | ({FILLER: filler_prompt(0)} if self.random_filler else {})
+
+    def check_server(self, server: ServerInfo, endpoint: Endpoint) -> None:
+        """Each prompt, measured by the server's own tokenizer with the chat template, plus the answer must fit."""
+        max_model_len = server.max_model_len
+        if max_model_len is None:
+            return
+        lengths = {kind: len(endpoint.tokenize_chat(_messages(text))) for kind, text in self.texts().items()}
+        kind, longest = max(lengths.items(), key=lambda kv: kv[1])
+        if longest + self.output_tokens > max_model_len:
+            raise ParamsError(f"The {kind!r} prompt is {longest} tokens; with output_tokens {self.output_tokens} it "
+                              f"exceeds the server's max_model_len of {max_model_len}. Lower output_tokens to "
+                              f"{max_model_len - longest} or less, or shorten the prompt.")
 
 
-def _check_comparable(path: Path) -> None:
-    params = path / "params.json"
-    if not params.is_file():
-        raise ValueError(f"compare_with: {path} is not a sparknb run folder (no params.json)")
-    notebook = json.loads(params.read_text()).get("notebook")
-    if notebook != "mtp":
-        raise ValueError(f"compare_with: {path} is a {notebook!r} run, not an mtp run")
+def filler_prompt(rep: int) -> str:
+    return "Continue this text: " + filler(150, seed=rep + 1)
+
+
+def _messages(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
 
 
 def sweep(study: Study, plan: Plan) -> pd.DataFrame:
@@ -77,20 +88,21 @@ def sweep(study: Study, plan: Plan) -> pd.DataFrame:
     kinds = list(plan.prompts) + ([FILLER] if plan.random_filler else [])
     total = 1 + len(kinds) * plan.repetitions
     k = 0
-    for rep in range(-1, plan.repetitions):
-        for kind in kinds if rep >= 0 else kinds[:1]:
-            k += 1
-            text = plan.prompts.get(kind) or "Continue this text: " + filler(150, seed=rep + 1)
-            rec = study.request(
-                {"kind": kind, "rep": rep, "warmup": rep < 0},
-                lambda ep: ep.chat([{"role": "user", "content": text}], max_tokens=plan.output_tokens,
-                                   temperature=plan.temperature),
-            )
-            row = _row(rec)
-            print(f"[{k}/{total}] {kind}{' (warmup)' if rep < 0 else ''}: {rec['completion_tokens']} tokens, "
-                  f"{row['tok_s']:.1f} tok/s, {row['tokens_per_step']:.2f} tokens/step"
-                  + (f"  !! left out: {row['excluded']}" if row["excluded"] else "")
-                  + (f"  !! reached the client in a burst ({row['burst']})" if row["burst"] else ""), flush=True)
+    with study.measuring():
+        for rep in range(-1, plan.repetitions):
+            for kind in kinds if rep >= 0 else kinds[:1]:
+                k += 1
+                text = plan.prompts.get(kind) or filler_prompt(rep)
+                rec = study.request(
+                    {"kind": kind, "rep": rep, "warmup": rep < 0},
+                    lambda ep: ep.chat(_messages(text), max_tokens=plan.output_tokens, temperature=plan.temperature),
+                )
+                row = _row(rec)
+                tps = row["tokens_per_step"]
+                print(f"[{k}/{total}] {kind}{' (warmup)' if rep < 0 else ''}: {rec['completion_tokens']} tokens, "
+                      f"{row['tok_s']:.1f} tok/s, {'unknown' if tps is None else f'{tps:.2f}'} tokens/step"
+                      + (f"  !! left out: {row['excluded']}" if row["excluded"] else "")
+                      + (f"  !! reached the client in a burst ({row['burst']})" if row["burst"] else ""), flush=True)
     return frame(study.records())
 
 
@@ -101,7 +113,7 @@ def _row(r: dict) -> dict:
     tok_s = r["decode_tokens_per_s"] or float("nan")
     excluded, burst = r.get("interference"), None
     server_s = r["server"]["decode_s"]
-    if not excluded and spec["accepted_tokens"] > (r["completion_tokens"] or 0):
+    if not excluded and (spec["accepted_tokens"] or 0) > (r["completion_tokens"] or 0):
         excluded = (f"{spec['accepted_tokens']:g} draft tokens accepted for a {r['completion_tokens']}-token "
                     "answer: the counters include another request")
     if server_s and r["decode_s"] is not None and abs(r["decode_s"] - server_s) > 0.1 * server_s:
@@ -114,7 +126,7 @@ def _row(r: dict) -> dict:
         "tokens_per_step": tps,
         "acceptance_rate": spec["acceptance_rate"],
         "acceptance_per_position": spec["acceptance_per_position"],
-        "ms_per_step": 1000 * tps / tok_s if tok_s == tok_s and tok_s > 0 else float("nan"),
+        "ms_per_step": 1000 * tps / tok_s if tps is not None and tok_s == tok_s and tok_s > 0 else float("nan"),
         "drafts": spec["drafts"],
         "excluded": excluded,
         "burst": burst,
@@ -130,7 +142,8 @@ def summarize(df: pd.DataFrame, study: Study) -> pd.DataFrame:
     clean = df[df["excluded"].isna()]
     rows = []
     for kind, g in clean.groupby("kind", sort=False):
-        tps = float(g["tokens_per_step"].median())
+        steps = g["tokens_per_step"].dropna()
+        tps = float(steps.median()) if len(steps) else (None if study.model.speculative else 1.0)
         answer = float(g["answer_tokens"].median())
         rows.append({
             "prompt": kind,
@@ -141,66 +154,66 @@ def summarize(df: pd.DataFrame, study: Study) -> pd.DataFrame:
             "ms/step": float(g["ms_per_step"].median()),
             "answer tokens": answer,
             "short answer": answer < SHORT_ANSWER,
-            "GB read/token": study.limit.bytes_per_token(tps) / 1e9,
-            "limit tok/s": study.limit.tokens_per_s(tps),
+            "GB read/token": study.limit.bytes_per_token(tps) / 1e9 if tps else None,
+            "limit tok/s": study.limit.tokens_per_s(tps) if tps else None,
         })
     table = pd.DataFrame(rows)
     return table.sort_values("tok/s", ascending=False).set_index("prompt") if rows else table
 
 
-def compare(table: pd.DataFrame, runs: tuple[str, ...]) -> tuple[pd.DataFrame, list[str]]:
-    """Speed-up per kind against earlier runs (read from their sealed records, never typed in)."""
+def compare(table: pd.DataFrame, past: list[PastRun]) -> tuple[pd.DataFrame, list[Finding]]:
+    """Speed-up per kind against earlier runs, computed from their sealed records, never typed in."""
     out, notes = pd.DataFrame(index=table.index), []
-    for run in runs:
-        path = Path(run)
-        problems = verify(path)
-        if problems:
-            notes.append(f"WARNING: {path.name} no longer matches its manifest: {'; '.join(problems[:3])}")
-        params = json.loads((path / "params.json").read_text())
-        other = frame(read_records(path))
+    for run in past:
+        other = frame(run.records)
         other = other[other["excluded"].isna()].groupby("kind")["tok_s"].median()
-        label = f"{params['model']['name']} ({path.name})"
+        label = f"{run.label} ({run.id})"
         out[f"tok/s {label}"] = other.reindex(table.index)
         out[f"speed-up vs {label}"] = table["tok/s"] / other.reindex(table.index)
         missing = sorted(set(table.index) - set(other.index))
         if missing:
-            notes.append(f"{path.name} has no requests of kind {missing}.")
+            notes.append(info(f"{run.id} has no requests of kind {missing}."))
+        if run.failure:
+            notes.append(warning(f"{run.id} stopped halfway ({run.failure.get('reason')}): it has fewer requests."))
     return out, notes
 
 
-def findings(df: pd.DataFrame, table: pd.DataFrame, study: Study, speculative: bool) -> list[str]:
+def findings(df: pd.DataFrame, table: pd.DataFrame, study: Study, speculative: bool) -> list[Finding]:
     notes = []
     excluded = df[df["excluded"].notna()]
     if len(excluded):
-        notes.append(f"WARNING: {len(excluded)} request(s) left out of the medians: "
-                     + "; ".join(sorted(set(excluded["excluded"])))[:400])
+        notes.append(warning(f"{len(excluded)} request(s) left out of the medians: "
+                             + "; ".join(sorted(set(excluded["excluded"])))[:400]))
     bursts = df[df["burst"].notna() & df["excluded"].isna()]
     if len(bursts):
-        notes.append(f"WARNING: {len(bursts)} answer(s) reached the client in bursts (first-to-last-token time more "
-                     "than 10% off vLLM's own), so their tokens per second are left out; their tokens per step, from "
-                     "the server's counters, are kept.")
+        notes.append(warning(f"{len(bursts)} answer(s) reached the client in bursts (first-to-last-token time "
+                             "more than 10% off vLLM's own), so their tokens per second are left out; their tokens "
+                             "per step, from the server's counters, are kept."))
     if table.empty:
-        return notes + ["No clean measurement was taken."]
-    if not speculative:
-        notes.append("This server does not run speculative decoding (vLLM exposes no speculative-decoding "
-                     "counters), so every step yields one token; tokens per second is reported as it is. "
-                     "Compare a speculative run of the same model against this one with `compare_with`.")
+        return notes + [info("No clean measurement was taken.")]
+    if not speculative and study.model.speculative:
+        notes.append(warning(f"The model's params name speculative decoding ({study.model.speculative}), but the "
+                             "server exposes no speculative-decoding counters: tokens per step are unknown."))
+    elif not speculative:
+        notes.append(info("This server does not run speculative decoding (vLLM exposes no speculative-decoding "
+                          "counters), so every step yields one token; tokens per second is reported as it is. "
+                          "Compare a speculative run of the same model against this one with `compare_with`."))
     fast, slow = table.iloc[0], table.iloc[-1]
-    notes.append(f"Tokens per second range from {slow['tok/s']:.1f} ({table.index[-1]}) to {fast['tok/s']:.1f} "
+    notes.append(info(f"Tokens per second range from {slow['tok/s']:.1f} ({table.index[-1]}) to {fast['tok/s']:.1f} "
                  f"({table.index[0]}), {fast['tok/s'] / slow['tok/s']:.2f}x, with tokens per step from "
-                 f"{table['tokens/step'].min():.2f} to {table['tokens/step'].max():.2f}.")
+                      f"{table['tokens/step'].min():.2f} to {table['tokens/step'].max():.2f}."))
     steps = table["ms/step"]
     spread = (steps.max() - steps.min()) / steps.median()
-    notes.append(f"Time per step is {steps.min():.1f} to {steps.max():.1f} ms across kinds ({100 * spread:.0f}% "
-                 + ("spread): nearly constant, so the speed follows tokens per step." if spread < 0.2 else
-                    "spread): not constant, so something beyond acceptance changes with the text."))
+    notes.append(info(f"Time per step is {steps.min():.1f} to {steps.max():.1f} ms across kinds ({100 * spread:.0f}% "
+                      + ("spread): nearly constant, so the speed follows tokens per step." if spread < 0.2 else
+                         "spread): not constant, so something beyond acceptance changes with the text.")))
     if FILLER in table.index:
         f = table.loc[FILLER]
-        notes.append(f"Random filler gives {f['tok/s']:.1f} tok/s at {f['tokens/step']:.2f} tokens/step: a benchmark "
-                     "that only sends filler would report that and nothing of the range above.")
+        notes.append(info(f"Random filler gives {f['tok/s']:.1f} tok/s at {f['tokens/step']:.2f} tokens/step: a "
+                          "benchmark that only sends filler would report that and nothing of the range above."))
     short = list(table.index[table["short answer"]])
     if short:
-        notes.append(f"Answers of {short} were shorter than {SHORT_ANSWER} tokens: those rows are less precise.")
+        notes.append(info(f"Answers of {short} were shorter than {SHORT_ANSWER} tokens: those rows are less precise."))
     return notes
 
 
