@@ -158,3 +158,31 @@ def questions_needed(pairs: Pairs, half_width: float, level: float = 0.95) -> in
     p12, p21, _ = _laplace(pairs)
     psi, delta = p12 + p21, p12 - p21
     return max(1, math.ceil(z_value(level) ** 2 * (psi - delta ** 2) / half_width ** 2 - 2))
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How the first and last of a run's requests at one setting differ, against the spread of the rest."""
+
+    first: float
+    last: float
+    spread: float  # max - min of the requests between them
+    n: int
+
+    @property
+    def change(self) -> float:
+        return self.last / self.first - 1 if self.first else float("nan")
+
+    @property
+    def beyond_spread(self) -> bool:
+        """True where the last differs from the first by more than the middle requests differ among themselves."""
+        return self.n >= 3 and abs(self.last - self.first) > max(self.spread, 0.02 * abs(self.first))
+
+
+def drift(values_in_order: Sequence[float]) -> Drift | None:
+    """None with fewer than three values: two cannot tell drift from noise."""
+    values = [float(v) for v in values_in_order]
+    if len(values) < 3:
+        return None
+    middle = values[1:-1]
+    return Drift(values[0], values[-1], max(middle) - min(middle), len(values))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -107,6 +108,21 @@ class Study:
 
     def fingerprint_table(self) -> pd.DataFrame:
         return fingerprint_table(self.fingerprint)
+
+
+def schedule(lengths: Sequence[int], warmup: int, repetitions: int, order: str = "shuffled",
+             seed: int = 0) -> list[tuple[int, int]]:
+    """The (length, repetition) of every request, warmups as negative repetitions.
+
+    Grouped: every length in turn, its warmups then its repetitions. Shuffled: the warmups of every
+    length first, then the measured requests in a seeded random order, so that a box warming up or
+    drifting during the sweep spreads over all lengths instead of tilting the curve.
+    """
+    if order == "grouped":
+        return [(n, rep) for n in lengths for rep in range(-warmup, repetitions)]
+    measured = [(n, rep) for n in lengths for rep in range(repetitions)]
+    random.Random(seed).shuffle(measured)
+    return [(n, rep) for n in lengths for rep in range(-warmup, 0)] + measured
 
 
 def resolve_endpoint(value: str) -> str:

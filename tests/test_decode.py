@@ -15,7 +15,7 @@ from sparknb.params import load_hardware, load_model
 from sparknb.prompts import PromptMaker
 from sparknb.run import read_records, verify
 from sparknb.studies import decode
-from sparknb.study import start
+from sparknb.study import schedule, start
 from support import outputs_text, run_notebook
 
 SMALL = {"prompt_lengths": [64, 256], "output_tokens": 48, "warmup": 1, "repetitions": 2}
@@ -62,6 +62,12 @@ def test_plain_papermill_run_on_the_dense_model(tmp_path, tiny_dense):
     assert fp["server"]["max_model_len"] == 16384 and fp["server"]["model"] == "tiny-dense"
     assert fp["gpu"]["available"] is False
     assert all({"level", "text"} <= set(f) for f in summary["findings"])
+    shared = json.loads((folder / "benchy.json").read_text())  # the rows Spark owners post, from the same requests
+    for row in shared:
+        depth = int(row["test"].split("@ d")[1])
+        speeds = [r["decode_tokens_per_s"] for r in records if r["prompt_length"] == depth and not r["warmup"]]
+        assert row["test"] == f"tg48 @ d{depth}" and row["tokens_per_s"] == pytest.approx(sum(speeds) / len(speeds))
+    assert "| tiny-dense | tg48 @ d64 |" in (folder / "benchy.md").read_text()
     assert verify(folder) == []
     text = outputs_text(nb)
     assert "vLLM ms/token" in text and "image/png" in text and "max_model_len" in text  # table, plot, fingerprint
@@ -210,10 +216,10 @@ def test_a_failure_halfway_keeps_every_record_taken(tmp_path, tiny_dense):
 
 
 def _measured(rows):
-    return pd.DataFrame([{"prompt_length": p, "prompt_tokens": p, "completion_tokens": 150, "decode_tokens": 149,
+    return pd.DataFrame([{"seq": k, "prompt_length": p, "prompt_tokens": p, "completion_tokens": 150, "decode_tokens": 149,
                           "ttft_s": 0.1, "decode_s": d, "decode_tok_s": 149 / d, "server_decode_s": s,
                           "server_ttft_s": 0.09, "tokens_per_step": None, "interference": i, "unchecked": None}
-                         for p, d, s, i in rows])
+                         for k, (p, d, s, i) in enumerate(rows)])
 
 
 def test_the_table_sets_the_median_against_the_bandwidth_limit_and_the_findings_say_why_to_doubt():
@@ -287,3 +293,21 @@ def test_a_server_killed_mid_sweep_leaves_a_sealed_run_marked_failed_halfway(tmp
     assert failure["failed_halfway"] and failure["reason"]
     assert not (folder / "summary.json").exists()
     assert verify(folder) == []
+
+
+def test_the_order_is_grouped_as_before_or_shuffled_with_warmups_first_and_a_recorded_seed():
+    assert schedule([64, 256], 1, 2, "grouped") == [(64, -1), (64, 0), (64, 1), (256, -1), (256, 0), (256, 1)]
+    shuffled = schedule([64, 256, 1024], 1, 4, "shuffled", seed=3)
+    assert shuffled[:3] == [(64, -1), (256, -1), (1024, -1)]  # every length warmed before any is measured
+    assert sorted(shuffled[3:]) == sorted((n, r) for n in (64, 256, 1024) for r in range(4))
+    assert shuffled == schedule([64, 256, 1024], 1, 4, "shuffled", seed=3)  # the seed reproduces it
+    assert shuffled != schedule([64, 256, 1024], 1, 4, "shuffled", seed=4)
+    assert [n for n, _ in shuffled[3:]] != sorted(n for n, _ in shuffled[3:])  # really mixed
+
+
+def test_a_box_that_slows_down_during_the_sweep_is_named():
+    steady = _measured([(111, 149 / v, 149 / v, None) for v in (8.4, 8.5, 8.3, 8.45)])
+    assert decode.drifts(steady, "decode_tok_s", "decode tok/s") == []
+    slowing = _measured([(111, 149 / v, 149 / v, None) for v in (8.4, 8.2, 8.3, 6.1)])
+    (finding,) = decode.drifts(slowing, "decode_tok_s", "decode tok/s")
+    assert finding.level == "warning" and "8.4 first, 6.1 last (-27%" in finding.text

@@ -6,18 +6,19 @@ ignore_eos), so every repetition does the same work. Warmup requests are recorde
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal
 
 import pandas as pd
 from pydantic import Field
 
-from .. import params
+from .. import benchy, params
 from ..bandwidth import Limit
 from ..client import Endpoint, ServerInfo
 from ..errors import ParamsError
 from ..prompts import PromptMaker
 from ..report import Finding, info, warning
-from ..study import Study
+from ..stats import drift
+from ..study import Study, schedule
 
 
 class Plan(params.Plan):
@@ -28,6 +29,8 @@ class Plan(params.Plan):
     warmup: int = Field(1, ge=0)
     repetitions: int = Field(5, ge=1)
     temperature: float = Field(0.0, ge=0, le=2)
+    order: Literal["shuffled", "grouped"] = Field("shuffled", description="shuffled (seeded) or grouped by length")
+    seed: int = 0
 
     def check_server(self, server: ServerInfo, endpoint: Endpoint | None = None) -> None:
         """Every prompt plus its answer must fit the model's context, or the server would refuse halfway."""
@@ -44,22 +47,19 @@ class Plan(params.Plan):
 def sweep(study: Study, plan: Plan) -> pd.DataFrame:
     """All requests of the plan, in order, one at a time; returns one row per measured request."""
     maker = PromptMaker(study.endpoint.tokenize)
-    total = len(plan.prompt_lengths) * (plan.warmup + plan.repetitions)
-    k = 0
+    order = schedule(plan.prompt_lengths, plan.warmup, plan.repetitions, plan.order, plan.seed)
     with study.measuring():
-        for length in plan.prompt_lengths:
-            for rep in range(-plan.warmup, plan.repetitions):
-                k += 1
-                prompt = maker.make(length)
-                rec = study.request(
-                    {"prompt_length": length, "rep": rep, "warmup": rep < 0},
-                    lambda ep: ep.complete(prompt, max_tokens=plan.output_tokens, temperature=plan.temperature),
-                )
-                tps = rec["decode_tokens_per_s"]
-                print(f"[{k}/{total}] {length} tokens, {'warmup' if rep < 0 else f'rep {rep + 1}'}: "
-                      f"TTFT {1000 * (rec['ttft_s'] or float('nan')):.0f} ms, decode "
-                      f"{'n/a' if tps is None else f'{tps:.1f}'} tok/s"
-                      + (f"  !! {rec['interference']}" if rec["interference"] else ""), flush=True)
+        for k, (length, rep) in enumerate(order, 1):
+            prompt = maker.make(length)
+            rec = study.request(
+                {"prompt_length": length, "rep": rep, "warmup": rep < 0, "seq": k},
+                lambda ep: ep.complete(prompt, max_tokens=plan.output_tokens, temperature=plan.temperature),
+            )
+            tps = rec["decode_tokens_per_s"]
+            print(f"[{k}/{len(order)}] {length} tokens, {'warmup' if rep < 0 else f'rep {rep + 1}'}: "
+                  f"TTFT {1000 * (rec['ttft_s'] or float('nan')):.0f} ms, decode "
+                  f"{'n/a' if tps is None else f'{tps:.1f}'} tok/s"
+                  + (f"  !! {rec['interference']}" if rec["interference"] else ""), flush=True)
     return frame(study.records())
 
 
@@ -72,6 +72,7 @@ def frame(records: list[dict]) -> pd.DataFrame:
         server = r.get("server") or {}
         spec = server.get("spec_decode") or {}
         rows.append({
+            "seq": r.get("seq"),
             "prompt_length": r["prompt_length"],
             "prompt_tokens": r["prompt_tokens"],
             "completion_tokens": r["completion_tokens"],
@@ -162,6 +163,7 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, limit: Limit, hardware: str)
     else:
         notes.append(warning("vLLM's own decode time could not be read, so the client's figures are not "
                              "cross-checked against the server's."))
+    notes += drifts(df, "decode_tok_s", "decode tok/s")
     share = table["% of limit"].dropna()
     if len(share):
         notes.append(info(f"That is {share.min():.0f}% to {share.max():.0f}% of the bandwidth limit ({limit.source})."))
@@ -174,6 +176,31 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, limit: Limit, hardware: str)
         notes.append(info("Speculative decoding is on: the limit is divided by the measured tokens per step, and "
                           "tok/s depends on how predictable the text is (random filler here)."))
     return notes
+
+
+def share(study: Study, df: pd.DataFrame, plan: Plan) -> str:
+    """The sweep as the rows Spark owners post (tg at each depth), written beside the run's own tables."""
+    clean = df[df["interference"].isna()]
+    rows = benchy.generation_rows(study.model.name, clean, plan.output_tokens)
+    study.run.write_text("benchy.md", benchy.markdown(rows) + "\n")
+    study.run.write_text("benchy.json", benchy.to_json(rows) + "\n")
+    return benchy.markdown(rows)
+
+
+def drifts(df: pd.DataFrame, column: str, what: str) -> list[Finding]:
+    """A box that warms up or slows down during the sweep: first against last request at each length."""
+    clean = df[df["interference"].isna() & df["seq"].notna()].sort_values("seq")
+    moved = []
+    for length, g in clean.groupby("prompt_length"):
+        d = drift(g[column].dropna().tolist())
+        if d is not None and d.beyond_spread:
+            moved.append(f"{length:,} tokens: {d.first:.1f} first, {d.last:.1f} last ({100 * d.change:+.0f}%, "
+                         f"the {d.n - 2} between spread over {d.spread:.1f})")
+    if not moved:
+        return []
+    return [warning(f"The machine drifted during the sweep: the first and last {what} at the same length differ "
+                    f"beyond the spread of the requests between them ({'; '.join(moved)}). Medians hide this; "
+                    "measure again on a quiet, warmed-up box.")]
 
 
 def plot(table: pd.DataFrame, study: Study):
