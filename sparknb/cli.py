@@ -79,11 +79,16 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
         papermill.execute_notebook(str(source), str(executed), parameters=injected, log_output=True,
                                    progress_bar=False)  # in the caller's folder: relative paths mean what they say
     except (papermill.PapermillExecutionError, KeyboardInterrupt) as e:
-        why = f"{e.ename}: {e.evalue}" if isinstance(e, papermill.PapermillExecutionError) else "interrupted (Ctrl-C)"
+        interrupted = not isinstance(e, papermill.PapermillExecutionError) or e.ename == "KeyboardInterrupt"
+        why = "interrupted (Ctrl-C)" if interrupted else f"{e.ename}: {e.evalue}"
         if not (folder / CLAIM).exists():  # it failed its checks: nothing was measured, nothing to keep
             shutil.rmtree(folder)
+            if interrupted:
+                raise KeyboardInterrupt from None
             raise CliError(f"{notebook} did not start: {why}") from None
         _close(folder, executed, failure=why)
+        if interrupted:  # the caller (a campaign) must stop too, not go on to the next cell
+            raise KeyboardInterrupt from None
         raise CliError(f"{notebook} failed halfway: {why}\nEvery record taken so far is kept, "
                        f"sealed, in {folder}") from None
     finally:
@@ -146,8 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     p_verify.add_argument("folder")
     p_seal = sub.add_parser("seal", help="seal a run folder whose run died before sealing it (marked failed halfway)")
     p_seal.add_argument("folder")
-    p_demo = sub.add_parser("demo", help="serve both tiny models and run the decode sweep on each")
+    p_demo = sub.add_parser("demo", help="run the tiny campaign and its comparison report")
     p_demo.add_argument("--outputs", default="")
+    p_campaign = sub.add_parser("campaign", help="run every study of a campaign file on every model")
+    p_campaign.add_argument("action", choices=["run"])
+    p_campaign.add_argument("file", help="params/campaigns/NAME.yaml, or NAME")
+    p_campaign.add_argument("--resume", default="", metavar="ID", help="finish the cells a stopped campaign left")
+    p_campaign.add_argument("--outputs", default="")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -167,10 +177,17 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if problems else 0
         elif args.command == "seal":
             print(f"sealed: {seal_interrupted(args.folder)}")
+        elif args.command == "campaign":
+            from . import campaign
+
+            campaign.run(args.file, resume=args.resume, outputs=args.outputs)
         elif args.command == "demo":
             for folder in demo(args.outputs):
                 print(f"sealed run: {folder}\nreport: {folder / 'report.html'}")
     except (SparknbError, OSError) as e:  # known failures carry a message meant for the user
         print(f"sparknb {args.command}: {redact(str(e))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"sparknb {args.command}: interrupted", file=sys.stderr)
+        return 130
     return 0

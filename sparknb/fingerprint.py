@@ -34,8 +34,8 @@ NOT_SUPPORTED = "not supported"
 # --- the fingerprint -------------------------------------------------------------------------------------
 
 def take(*, server: dict, params: dict, project_dir: Path, packages: Iterable[str] = DEFAULT_PACKAGES,
-         secrets: Iterable[str] = ()) -> dict:
-    """The fingerprint stored with a run; JSON-ready and redacted."""
+         secrets: Iterable[str] = (), probe: dict | None = None) -> dict:
+    """The fingerprint stored with a run; JSON-ready and redacted. `probe`: the box's bandwidth probe (probe.py)."""
     result = {
         "taken_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "host": _host(),
@@ -44,6 +44,7 @@ def take(*, server: dict, params: dict, project_dir: Path, packages: Iterable[st
         "project": _project(Path(project_dir)),
         "gpu": nvml(),
         "server": _server(server),
+        "bandwidth_probe": probe,
         "params": params,
     }
     # default=str: a Path or a pydantic value in params must not make the record unwritable.
@@ -173,7 +174,7 @@ def nvml() -> dict:
         pynvml.nvmlShutdown()
 
 
-def _ask(pynvml: Any, call: Callable[[], Any], unsupported: str = NOT_SUPPORTED) -> Any:
+def nvml_call(pynvml: Any, call: Callable[[], Any], unsupported: str = NOT_SUPPORTED) -> Any:
     """One NVML call; on a GB10 several calls are NOT_SUPPORTED and the rest must still be recorded."""
     try:
         return call()
@@ -193,27 +194,27 @@ def _cuda_version(value: Any) -> Any:
 
 
 def _nvml_facts(pynvml: Any) -> dict:
-    count = _ask(pynvml, pynvml.nvmlDeviceGetCount)
+    count = nvml_call(pynvml, pynvml.nvmlDeviceGetCount)
     devices = [_device(pynvml, index) for index in range(count)] if isinstance(count, int) else count
     return {
         "available": True,
-        "driver_version": _text(_ask(pynvml, pynvml.nvmlSystemGetDriverVersion)),
-        "cuda_driver_version": _cuda_version(_ask(pynvml, pynvml.nvmlSystemGetCudaDriverVersion)),
+        "driver_version": _text(nvml_call(pynvml, pynvml.nvmlSystemGetDriverVersion)),
+        "cuda_driver_version": _cuda_version(nvml_call(pynvml, pynvml.nvmlSystemGetCudaDriverVersion)),
         "devices": devices,
     }
 
 
 def _device(pynvml: Any, index: int) -> dict:
-    handle = _ask(pynvml, lambda: pynvml.nvmlDeviceGetHandleByIndex(index))
+    handle = nvml_call(pynvml, lambda: pynvml.nvmlDeviceGetHandleByIndex(index))
     if isinstance(handle, str):
         return {"index": index, "error": handle}
-    capability = _ask(pynvml, lambda: pynvml.nvmlDeviceGetCudaComputeCapability(handle))
-    memory = _ask(pynvml, lambda: pynvml.nvmlDeviceGetMemoryInfo(handle), MEMORY_NOT_REPORTED)
-    processes = _ask(pynvml, lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
+    capability = nvml_call(pynvml, lambda: pynvml.nvmlDeviceGetCudaComputeCapability(handle))
+    memory = nvml_call(pynvml, lambda: pynvml.nvmlDeviceGetMemoryInfo(handle), MEMORY_NOT_REPORTED)
+    processes = nvml_call(pynvml, lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
     return {
         "index": index,
-        "name": _text(_ask(pynvml, lambda: pynvml.nvmlDeviceGetName(handle))),
-        "uuid": _text(_ask(pynvml, lambda: pynvml.nvmlDeviceGetUUID(handle))),
+        "name": _text(nvml_call(pynvml, lambda: pynvml.nvmlDeviceGetName(handle))),
+        "uuid": _text(nvml_call(pynvml, lambda: pynvml.nvmlDeviceGetUUID(handle))),
         "compute_capability": capability if isinstance(capability, str) else "{}.{}".format(*capability),
         "memory_total_bytes": memory if isinstance(memory, str) else memory.total,
         "memory_used_bytes": memory if isinstance(memory, str) else memory.used,
@@ -227,3 +228,79 @@ def _process_memory(value: Any) -> int | None:
     if not isinstance(value, int) or value < 0 or value >= 2**64 - 1:
         return None
     return value
+
+
+# --- comparing two fingerprints --------------------------------------------------------------------------
+
+# What must match for two runs to be set side by side, by what a difference means; the box first.
+FACETS: dict[str, Callable[[dict], dict]] = {
+    "host": lambda fp: {"hostname": fp.get("host", {}).get("hostname")},
+    "hardware": lambda fp: {
+        "cpu": fp.get("host", {}).get("cpu_model"),
+        "cpu threads": fp.get("host", {}).get("cpu_count"),
+        "memory": fp.get("host", {}).get("memory_total_bytes"),
+        "gpu": "; ".join(f"{d.get('name')} {d.get('memory_total_bytes')}" for d in fp.get("gpu", {}).get("devices", []))
+               if isinstance(fp.get("gpu", {}).get("devices"), list) else "none"},
+    "driver": lambda fp: {"driver": fp.get("gpu", {}).get("driver_version"),
+                          "CUDA driver": fp.get("gpu", {}).get("cuda_driver_version")},
+    "server version": lambda fp: {"server": fp.get("server", {}).get("version")},
+    "model build": lambda fp: {"weights": fp.get("server", {}).get("root"),
+                               "dtype": fp.get("server", {}).get("dtype"),
+                               "quantization": fp.get("server", {}).get("quantization")},
+}
+SAME_BOX = ("host", "hardware")
+
+
+def differences(mine: dict, theirs: dict, facets: Iterable[str] = tuple(FACETS)) -> dict[str, list[str]]:
+    """Where two runs' machines or builds differ, by facet; empty means same box, driver and build."""
+    out = {}
+    for facet in facets:
+        a, b = FACETS[facet](mine), FACETS[facet](theirs)
+        diffs = [f"{k} {a[k]!r} vs {b[k]!r}" for k in a if a[k] != b[k]]
+        if diffs:
+            out[facet] = diffs
+    return out
+
+
+# --- the fingerprint as a reader sees it -----------------------------------------------------------------
+
+def table(fp: dict):
+    """The fingerprint as a two-column table a reader can scan; fingerprint.json has all of it."""
+    import pandas as pd
+
+    host, gpu, server, project = fp["host"], fp["gpu"], fp["server"], fp["project"]
+    os_name = host["os"].get("pretty_name") if isinstance(host["os"], dict) else host["os"]
+    gib = 2 ** 30
+
+    def memory(b):
+        return f"{b / gib:.1f} GiB" if isinstance(b, (int, float)) else b
+
+    devices = "; ".join(f"{d['name']} (cc {d['compute_capability']}, {memory(d['memory_total_bytes'])})"
+                        for d in gpu.get("devices", []))
+    missing = server.get("not_available") or {}
+    rows = {
+        "host": f"{host['hostname']}: {os_name}, kernel {host['kernel']}, {host['architecture']}",
+        "cpu": f"{host['cpu_model']}, {host['cpu_count']} threads, {memory(host['memory_total_bytes'])}",
+        "gpu": devices or f"none ({gpu.get('reason')})",
+        "driver": f"{gpu.get('driver_version', '-')}, CUDA {gpu.get('cuda_driver_version', '-')}",
+        "server": (f"an OpenAI-compatible server without vLLM's side doors, serving {server['model']} at {server['url']}"
+                   if "/version" in missing else f"vLLM {server['version']} serving {server['model']} at {server['url']}"),
+        "weights": f"{server['root']} (dtype {server['dtype']}, quantization {server['quantization']})",
+        "max_model_len": server["max_model_len"],
+        "python": fp["python"]["version"],
+        "project": f"{project['commit']}{' (dirty)' if project.get('dirty') else ''}",
+        "guard": _guard_line(fp["params"].get("guard", {})),
+        "taken_at": fp["taken_at"],
+    }
+    if missing:
+        rows["not available from this server"] = "; ".join(f"{door}: {what}" for door, what in missing.items())
+    probe = fp.get("bandwidth_probe")
+    if probe:
+        rows["bandwidth probe"] = f"{probe['level'].upper()}: {probe['text']}" if probe["level"] != "info" else probe["text"]
+    return pd.DataFrame({"value": [str(v) for v in rows.values()]}, index=list(rows))
+
+
+def _guard_line(g: dict) -> str:
+    if g.get("forced") or g.get("lock_forced_over"):
+        return f"FORCED past: {'; '.join(g.get('findings', [])) or g.get('lock_forced_over')}"
+    return "; ".join(["clear: " + g.get("gpu", ""), *g.get("notes", [])])

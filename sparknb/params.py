@@ -16,7 +16,7 @@ import yaml
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .errors import ParamsError
+from .errors import ParamsError, SparknbError
 from .redaction import looks_secret
 
 
@@ -121,6 +121,9 @@ class ModelParams(Strict):
     architecture: Literal["dense", "moe"]
     speculative: str | None = Field(None, description="speculative decoding method, e.g. mtp, ngram, draft")
     reasoning: bool = False
+    tokenizer: str | None = Field(None, min_length=1, description="for a server without /tokenize (transformers "
+                                  "serve): the model's tokenizer, a folder (absolute or relative to the project) "
+                                  "or a hub id already in the Hugging Face cache")
     weights: Weights
     lifecycle: Lifecycle = Lifecycle()
     notes: str = ""
@@ -161,6 +164,30 @@ class PromptSet(Strict):
         return self
 
 
+class CampaignParams(Strict):
+    """Models, the studies to run on each with their parameters, and how often: one comparison, one command."""
+
+    name: str
+    question: str = Field("", description="what the campaign is to answer, shown at the top of its comparison")
+    models: list[str] = Field(min_length=1, description="model params names or YAML paths")
+    repetitions: int = Field(1, ge=1, description="how many times every cell runs")
+    studies: dict[str, dict[str, Any]] = Field(min_length=1, description="notebook name -> its parameters")
+
+    @model_validator(mode="after")
+    def _models_exist(self) -> CampaignParams:
+        problems = []
+        for m in self.models:
+            try:
+                load_model(m)
+            except ParamsError as e:
+                problems.append(f"models: {str(e).splitlines()[0]}")
+        if len(set(self.models)) != len(self.models):
+            problems.append(f"models names one twice: {self.models}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
 def project_root() -> Path:
     """The folder holding params/ and outputs/: $SPARKNB_HOME, else the checkout this package lives in."""
     return Path(os.environ.get("SPARKNB_HOME") or Path(__file__).resolve().parents[1])
@@ -177,6 +204,9 @@ class Plan(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as e:
+            own = [err.get("ctx", {}).get("error") for err in e.errors()]
+            if len(own) == 1 and isinstance(own[0], SparknbError):  # e.g. an earlier run refused: say it as it is
+                raise own[0] from None
             raise ParamsError(f"Bad {cls.study} parameters:\n" + _problems(e, cls)) from None
 
     def settings(self) -> dict:
@@ -235,3 +265,9 @@ def load_prompts(name_or_path: str) -> PromptSet:
     """A prompt set by name (params/prompts/NAME.yaml) or by path to a YAML file."""
     path, known = _locate(name_or_path, "prompts")
     return _read(path, PromptSet, "prompt set", known)  # type: ignore[return-value]
+
+
+def load_campaign(name_or_path: str) -> CampaignParams:
+    """A campaign by name (params/campaigns/NAME.yaml) or by path to a YAML file."""
+    path, known = _locate(name_or_path, "campaigns")
+    return _read(path, CampaignParams, "campaign", known)  # type: ignore[return-value]

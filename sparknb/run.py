@@ -208,24 +208,27 @@ def _json(path: Path) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def _locate(value: str, notebook: str, outputs: str | Path) -> Path | None:
+def _locate(value: str, notebook: str | None, outputs: str | Path) -> Path | None:
     """A folder as typed (notebooks run in notebooks/, so also from the project root), or a run id."""
-    candidates = [Path(value).expanduser(), project_root() / value, Path(outputs or outputs_dir()) / notebook / value]
+    base = Path(outputs or outputs_dir())
+    ids = [base / notebook / value] if notebook else sorted(base.glob(f"*/{value}"))
+    candidates = [Path(value).expanduser(), project_root() / value, *ids]
     return next((c for c in candidates if c.is_dir()), None)
 
 
-def _read_one(value: str, notebook: str, what: str, outputs: str | Path) -> PastRun | str:
-    where = Path(outputs or outputs_dir()) / notebook
+def _read_one(value: str, notebook: str | None, what: str, outputs: str | Path) -> PastRun | str:
+    where = Path(outputs or outputs_dir()) / (notebook or "*")
+    kind = f"{notebook} run" if notebook else "run"
     if not isinstance(value, str) or not value.strip():
-        return f"{what} {value!r}: give the folder of an earlier {notebook} run or its run id"
+        return f"{what} {value!r}: give the folder of an earlier {kind} or its run id"
     path = _locate(value, notebook, outputs)
     if path is None:
         return (f"{what} {value!r}: no such run folder, nor a run id under {where}. Give the folder of an earlier "
-                f"{notebook} run (as `sparknb run` printed it) or its run id.")
+                f"{kind} (as `sparknb run` printed it) or its run id.")
     params = _json(path / "params.json")
     if params is None:
         return f"{what} {value!r}: {path} has no readable params.json, so it is not a sparknb run folder."
-    if params.get("notebook") != notebook:
+    if notebook and params.get("notebook") != notebook:
         return (f"{what} {value!r}: {path.name} is a {params.get('notebook')!r} run, not a {notebook} run; only "
                 f"{notebook} runs measured the same thing.")
     problems = verify(path)
@@ -240,9 +243,9 @@ def _read_one(value: str, notebook: str, what: str, outputs: str | Path) -> Past
                    _json(path / FAILURE))
 
 
-def read_past(values: str | Sequence[str], notebook: str, *, what: str = "compare_with",
+def read_past(values: str | Sequence[str], notebook: str | None, *, what: str = "compare_with",
               outputs: str | Path = "") -> list[PastRun]:
-    """Earlier sealed runs of `notebook` by folder or run id; every problem with them is named at once."""
+    """Earlier sealed runs of `notebook` (None: of any) by folder or run id; every problem is named at once."""
     if isinstance(values, str):
         values = [values] if values.strip() else []
     values = list(values or [])

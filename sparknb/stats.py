@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
 from scipy.stats import norm
 from statsmodels.stats.contingency_tables import mcnemar as _mcnemar
 from statsmodels.stats.proportion import proportion_confint
@@ -39,6 +40,19 @@ class Interval:
         if signed:
             return (f"{100 * self.estimate:+.1f} points [{100 * self.low:+.1f}, {100 * self.high:+.1f}]")
         return f"{100 * self.estimate:.1f}% [{100 * self.low:.1f}, {100 * self.high:.1f}]"
+
+    def times(self) -> str:
+        """'2.00x [1.82, 2.22]' for a ratio; the interval left out where it is unknown."""
+        if math.isnan(self.low):
+            return f"{self.estimate:.2f}x (no interval: too few measurements)"
+        return f"{self.estimate:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+
+    @property
+    def excludes(self) -> float | None:
+        """Which side of 1 the whole interval lies on, as +1 or -1; None where it holds 1 (or is unknown)."""
+        if math.isnan(self.low) or self.low <= 1 <= self.high:
+            return None
+        return 1.0 if self.low > 1 else -1.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -186,3 +200,18 @@ def drift(values_in_order: Sequence[float]) -> Drift | None:
         return None
     middle = values[1:-1]
     return Drift(values[0], values[-1], max(middle) - min(middle), len(values))
+
+
+def median_ratio(other: Sequence[float], base: Sequence[float], level: float = 0.95, seed: int = 0,
+                 draws: int = 4000) -> Interval:
+    """The median of `other` over the median of `base`, with a percentile-bootstrap interval over each
+    side's own measurements (seeded: the same data always give the same interval). With under two
+    values a side the interval is unknown (nan), never a made-up width."""
+    a, b = np.asarray(other, dtype=float), np.asarray(base, dtype=float)
+    estimate = float(np.median(a) / np.median(b)) if len(a) and len(b) else math.nan
+    if len(a) < 2 or len(b) < 2:
+        return Interval(estimate, math.nan, math.nan, level, "ratio of medians (too few values for an interval)")
+    rng = np.random.default_rng(seed)
+    ratios = np.median(rng.choice(a, size=(draws, len(a))), axis=1) / np.median(rng.choice(b, size=(draws, len(b))), axis=1)
+    low, high = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2])
+    return Interval(estimate, float(low), float(high), level, "ratio of medians, percentile bootstrap")

@@ -1,0 +1,220 @@
+"""A campaign: every study on every model of one comparison, on one box, from one file and one command.
+
+Each cell is an independent task (a notebook, a model, its parameters) that ends in its own sealed run
+folder, so a later step can hand cells to other boxes. The campaign itself is a run folder under
+outputs/campaigns/ with one record per cell; it is sealed once every cell is done, and until then
+`--resume` runs only the cells without a sealed, intact run folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import cli
+from .client import Endpoint
+from .errors import ParamsError, RunError, SparknbError
+from .params import CampaignParams, load_campaign, load_model, project_root
+from .redaction import redact
+from .report import duration
+from .run import MANIFEST, Run, outputs_dir, read_records, verify
+
+NOTEBOOK = "campaigns"
+SET_BY_THE_CAMPAIGN = ("model", "models", "endpoint", "run_id", "outputs", "seal")
+ACROSS_MODELS = ("swap",)  # studies that visit every model themselves: one cell, run with no server up
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One notebook on one model with its parameters: the unit that runs, seals, and can be resumed."""
+
+    notebook: str
+    model: str | None  # None: the study visits the campaign's models itself (swap)
+    parameters: dict = field(default_factory=dict)
+    rep: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.notebook}/{self.model or 'all models'}/{self.rep + 1}"
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"cell": self.key}  # not "key": a field so named is masked as a secret
+
+
+def plan(campaign: CampaignParams) -> list[Cell]:
+    """Every cell, per model in the file's order, cross-model studies last; every bad field named first."""
+    import papermill
+
+    problems = []
+    for notebook, given in campaign.studies.items():
+        path = project_root() / "notebooks" / f"{notebook}.ipynb"
+        if not path.is_file():
+            known = sorted(p.stem for p in path.parent.glob("*.ipynb") if p.stem != "compare")
+            problems.append(f"studies.{notebook}: no such notebook; known: {', '.join(known)}")
+            continue
+        declared = papermill.inspect_notebook(str(path))
+        for name, value in given.items():
+            if name in SET_BY_THE_CAMPAIGN and not (notebook in ACROSS_MODELS and name == "models"):
+                problems.append(f"studies.{notebook}.{name}: set by the campaign itself; leave it out")
+            elif name not in declared:
+                problems.append(f"studies.{notebook}.{name}: not a parameter of {notebook}.ipynb; its parameters: "
+                                + ", ".join(n for n in declared if n not in SET_BY_THE_CAMPAIGN))
+            elif not _fits(value, declared[name]["inferred_type_name"]):
+                problems.append(f"studies.{notebook}.{name}: {value!r} is not a {declared[name]['inferred_type_name']}")
+    if problems:
+        raise ParamsError(f"Campaign {campaign.name!r} is invalid:\n  " + "\n  ".join(problems))
+    cells = []
+    for rep in range(campaign.repetitions):
+        for model in campaign.models:
+            cells += [Cell(nb, model, dict(p), rep) for nb, p in campaign.studies.items() if nb not in ACROSS_MODELS]
+    for rep in range(campaign.repetitions):
+        cells += [Cell(nb, None, {"models": list(campaign.models)} | dict(p), rep)
+                  for nb, p in campaign.studies.items() if nb in ACROSS_MODELS]
+    return cells
+
+
+def _fits(value, type_name: str) -> bool:
+    kinds = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "list": (list,), "dict": (dict,)}
+    expected = kinds.get(type_name)
+    if expected is None:
+        return True
+    if isinstance(value, bool) and bool not in expected:
+        return False
+    return isinstance(value, expected)
+
+
+# --- running ---------------------------------------------------------------------------------------------
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def run(file: str, *, resume: str = "", outputs: str | Path = "", log: Callable[[str], None] = say) -> Path:
+    """Run every cell not already done; returns the campaign's folder (sealed when every cell is done)."""
+    campaign = load_campaign(file)
+    cells = plan(campaign)
+    record, done = _open(campaign, file, cells, resume, outputs)
+    todo = [c for c in cells if c.key not in done]
+    log(f"campaign {record.id}: {campaign.name}, {len(cells)} cells, {len(cells) - len(todo)} already done; "
+        f"writing {record.path}")
+    progress = _Progress(len(todo), log)
+    failed = 0
+    try:
+        for model in [*campaign.models, None]:
+            mine = [c for c in todo if c.model == model]
+            if not mine:
+                continue
+            with _serving(model, record) as endpoint:
+                for cell in mine:
+                    failed += not _run_cell(cell, endpoint, record, outputs, progress)
+    except KeyboardInterrupt:
+        record.record({"event": "interrupted", "at": time.time()})
+        log(f"Interrupted. Every finished cell is sealed and no server is left running; finish with\n"
+            f"  sparknb campaign run {file} --resume {record.id}")
+        raise
+    if failed:
+        log(f"{failed} cell(s) failed (reasons in {record.path / 'records.jsonl'}); run them again with\n"
+            f"  sparknb campaign run {file} --resume {record.id}")
+        return record.path
+    record.seal()
+    log(f"campaign {record.id}: every cell done, sealed: {record.path}")
+    return record.path
+
+
+def _open(campaign: CampaignParams, file: str, cells: list[Cell], resume: str,
+          outputs: str | Path) -> tuple[Run, dict[str, str]]:
+    if not resume:
+        params = {"notebook": NOTEBOOK, "campaign": campaign.model_dump(), "file": str(file),
+                  "cells": [c.as_dict() for c in cells]}
+        return Run.create(NOTEBOOK, params, outputs=outputs, label=campaign.name), {}
+    path = Path(outputs or outputs_dir()) / NOTEBOOK / resume
+    if not (path / "params.json").is_file():
+        raise RunError(f"No campaign {resume!r} under {path.parent}; give the id `sparknb campaign run` printed.")
+    if (path / MANIFEST).exists():
+        raise RunError(f"Campaign {resume} is complete and sealed; start a new one to measure again.")
+    recorded = json.loads((path / "params.json").read_text())["cells"]
+    if [c["cell"] for c in recorded] != [c.key for c in cells]:
+        raise RunError(f"{file} no longer describes campaign {resume}: its cells changed. Start a new campaign.")
+    done = {}
+    for r in read_records(path):
+        folder = Path(r.get("run", ""))
+        if r.get("status") == "done" and folder.is_dir() and not verify(folder):
+            done[r["cell"]] = str(folder)
+    return Run(path), done
+
+
+@contextlib.contextmanager
+def _serving(model: str | None, record: Run) -> Iterator[str | None]:
+    """The model's server up for its cells, as its lifecycle says, and down again whatever happens."""
+    if model is None:
+        yield None
+        return
+    params = load_model(model)
+    mode = params.lifecycle.mode
+    if mode in (None, "sidecar"):  # someone else serves it: check that the right model answers
+        ep = Endpoint(params.endpoint, params.served_model_name, api_key=params.api_key())
+        try:
+            ep.info()
+        finally:
+            ep.close()
+        yield params.endpoint
+        return
+    from .serving import lifecycle, targets
+
+    target = targets.resolve(params)
+    with tempfile.TemporaryDirectory(prefix="sparknb-campaign-") as tmp:
+        server = lifecycle.launch(target, Path(tmp) / "server.log")
+        try:
+            server.wait_ready()
+            record.record({"event": "server up", "model": model, "pid": server.pid, "ready_s": server.elapsed(),
+                           "target": target.describe()})
+            yield target.endpoint
+        finally:
+            gone = server.stop()
+            record.record({"event": "server down", "model": model, "how": gone.how, "seconds": gone.seconds})
+            name = f"server-{model}-{int(time.time())}.log"
+            record.write_text(name, redact(server.log_text()))
+
+
+def _run_cell(cell: Cell, endpoint: str | None, record: Run, outputs: str | Path, progress: _Progress) -> bool:
+    parameters = dict(cell.parameters) | ({"model": cell.model, "endpoint": endpoint} if cell.model else {})
+    t0 = time.monotonic()
+    try:
+        folder = cli.run_notebook(cell.notebook, parameters, outputs)
+    except SparknbError as e:
+        seconds = time.monotonic() - t0
+        record.record({"cell": cell.key, "status": "failed", "reason": str(e), "seconds": seconds})
+        progress.step(cell, f"FAILED after {duration(seconds)}: {str(e).splitlines()[0]}")
+        return False
+    seconds = time.monotonic() - t0
+    record.record({"cell": cell.key, "status": "done", "run": str(folder), "notebook": cell.notebook,
+                   "model": cell.model, "seconds": seconds})
+    progress.step(cell, f"sealed in {duration(seconds)}: {folder}")
+    return True
+
+
+class _Progress:
+    """One line per cell: what it did, the time so far, and an estimate of what is left."""
+
+    def __init__(self, total: int, log: Callable[[str], None]) -> None:
+        self.total, self.log, self.done, self.t0 = total, log, 0, time.monotonic()
+
+    def step(self, cell: Cell, what: str) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.t0
+        left = elapsed / self.done * (self.total - self.done)
+        self.log(f"[{self.done}/{self.total}] {cell.key}: {what}; {duration(elapsed)} so far, "
+                 f"about {duration(left)} left")
+
+
+def runs(campaign_id: str, outputs: str | Path = "") -> list[str]:
+    """The run folders of a campaign's finished cells, for the comparison."""
+    path = Path(outputs or outputs_dir()) / NOTEBOOK / campaign_id
+    if not (path / "params.json").is_file():
+        raise RunError(f"No campaign {campaign_id!r} under {path.parent}.")
+    return [r["run"] for r in read_records(path) if r.get("status") == "done"]

@@ -1,0 +1,16 @@
+"""The comparison: sealed runs of several models set side by side, and what they say about which to run.
+
+Nothing here measures or re-implements a study: every figure comes from the runs' sealed records,
+through each study's own code, with a 95% interval on every ratio.
+"""
+
+from .browser import browser, in_jupyter, show
+from .fingerprints import fingerprint_table, warnings
+from .headline import Headline, headline
+from .plan import Plan
+from .plots import plot
+from .record import finish, open_run
+from .story import story
+
+__all__ = ["Headline", "Plan", "browser", "finish", "fingerprint_table", "headline", "in_jupyter", "open_run", "plot",
+           "show", "story", "warnings"]

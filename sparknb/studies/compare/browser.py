@@ -1,0 +1,73 @@
+"""A run browser for JupyterLab: pick sealed runs by study, model and date, and the comparison redraws.
+
+Widgets live only in a live kernel; under papermill (`interactive` false) nothing here is drawn, so a
+headless run and its HTML report hold plain tables and static images.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from ...run import MANIFEST, outputs_dir
+from .plan import Plan
+
+
+def in_jupyter() -> bool:
+    """True in a kernel that a Jupyter server started (it names the session); papermill's kernels have no session."""
+    return "JPY_SESSION_NAME" in os.environ
+
+
+def sealed_runs(outputs: str | Path = "") -> list[tuple[str, str]]:
+    """(label, run id) of every sealed study run under outputs/, newest first."""
+    found = []
+    for manifest in Path(outputs or outputs_dir()).glob(f"*/*/{MANIFEST}"):
+        notebook, run_id = manifest.parent.parent.name, manifest.parent.name
+        if notebook != "campaigns":
+            found.append((f"{notebook}: {run_id}", run_id))
+    return sorted(found, key=lambda x: x[1], reverse=True)
+
+
+def browser(show: Callable[[Plan], None], outputs: str | Path = "", selected: tuple[str, ...] = ()):
+    """A multiple-choice list of sealed runs and a Compare button; the button calls `show(plan)`."""
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    options = sealed_runs(outputs)
+    picker = widgets.SelectMultiple(options=options, value=[v for _, v in options if v in selected],
+                                    rows=min(12, max(4, len(options))), description="runs",
+                                    layout=widgets.Layout(width="90%"))
+    button = widgets.Button(description="Compare", button_style="primary")
+    out = widgets.Output()
+
+    def compare(_=None) -> None:
+        out.clear_output()
+        with out:
+            try:
+                show(Plan.build(runs=list(picker.value), outputs=str(outputs or "")))
+            except Exception as e:  # shown to the reader, who picks again
+                print(f"Cannot compare these runs: {e}")
+
+    button.on_click(compare)
+    box = widgets.VBox([picker, button, out])
+    display(box)
+    return box
+
+
+def show(plan: Plan) -> None:
+    """What the Compare button draws: the warnings, the headline table, the chart and the paragraph."""
+    import matplotlib.pyplot as plt
+    from IPython.display import Markdown, display
+
+    from ...report import markdown
+    from .fingerprints import warnings
+    from .headline import headline
+    from .plots import plot
+    from .story import story
+
+    display(Markdown(markdown(warnings(plan.past)) or "Same box, driver and server version."))
+    h = headline(plan.by_study(), plan.models())
+    display(h.table())
+    plt.show(plot(h))
+    display(Markdown(story(h)))

@@ -1,0 +1,44 @@
+"""Which sealed runs to compare: run folders or ids, or every finished cell of a campaign."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field, PrivateAttr, model_validator
+
+from ... import params
+from ...run import PastRun, read_past
+
+
+class Plan(params.Plan):
+    study: ClassVar[str] = "compare"
+    runs: list[str] = Field(default_factory=list, description="run folders or run ids of any study")
+    campaign: str = Field("", description="a campaign id under outputs/campaigns/: all its finished cells")
+    outputs: str = Field("", exclude=True)
+    _past: list[PastRun] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="after")
+    def _read(self) -> Plan:
+        """Every run read once, its seal verified; a tampered or unsealed one is refused by name."""
+        from ... import campaign
+
+        values = list(self.runs) + (campaign.runs(self.campaign, self.outputs) if self.campaign else [])
+        if not values:
+            raise ValueError("give `runs` (run folders or ids) or a `campaign` id: there is nothing to compare")
+        self._past = read_past(values, None, what="runs", outputs=self.outputs)
+        return self
+
+    @property
+    def past(self) -> list[PastRun]:
+        return list(self._past)
+
+    def by_study(self) -> dict[str, dict[str, PastRun]]:
+        """notebook -> model label -> its run; a later run of the same model replaces an earlier one."""
+        out: dict[str, dict[str, PastRun]] = {}
+        for run in sorted(self._past, key=lambda r: r.id):  # run ids begin with their UTC start time
+            out.setdefault(run.notebook, {})[run.label] = run
+        return out
+
+    def models(self) -> list[str]:
+        """The models in the order given: the first is the base every ratio divides by."""
+        return list(dict.fromkeys(r.label for r in self._past if r.notebook != "swap"))

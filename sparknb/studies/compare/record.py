@@ -1,0 +1,28 @@
+"""A comparison is a run folder too: what it compared, what it concluded, sealed with its report."""
+
+from __future__ import annotations
+
+from ...report import Finding, as_records
+from ...run import Run
+from .headline import Headline
+from .plan import Plan
+
+NOTEBOOK = "compare"
+
+
+def open_run(plan: Plan, *, run_id: str = "", outputs: str = "") -> Run:
+    """Claimed only after every run compared has been read and verified."""
+    params = {"notebook": NOTEBOOK, "settings": plan.settings(),
+              "compared": [{"notebook": r.notebook, "model": r.label, "run_id": r.id} for r in plan.past]}
+    run = Run.create(NOTEBOOK, params, run_id=run_id, outputs=outputs,
+                     label="-".join(plan.models()) or "comparison")
+    print(f"comparison {run.id}: {len(plan.past)} sealed runs of {', '.join(plan.models())}; writing {run.path}",
+          flush=True)
+    return run
+
+
+def finish(run: Run, headline: Headline, paragraph: str, notes: list[Finding], seal: bool = True) -> None:
+    run.write_json("summary.json", {"headline": headline.as_dict(), "story": paragraph, "findings": as_records(notes)})
+    if seal:
+        run.seal()
+    print(f"comparison folder: {run.path}")

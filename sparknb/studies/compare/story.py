@@ -1,0 +1,78 @@
+"""The closing paragraph, generated from the headline's numbers: who wins what, and where the data cannot tell."""
+
+from __future__ import annotations
+
+import math
+
+from .headline import Headline, Row
+
+
+def _verdict(row: Row, model: str, base: str) -> tuple[str | None, str]:
+    """(winner or None, the sentence's figure) for one model against the base on one row."""
+    ratio = row.ratios[model]
+    side = ratio.excludes
+    if side is None or row.better == "none":
+        return None, ratio.times()
+    higher_wins = row.better == "higher"
+    winner = model if (side > 0) == higher_wins else base
+    return winner, ratio.times()
+
+
+def story(h: Headline) -> str:
+    """Per study and model: the wins the intervals support, the rows they do not, and the batch caveat."""
+    if len(h.models) < 2:
+        return (f"Only {h.models[0] if h.models else 'no model'} is in these runs: there is nothing to compare. "
+                "Give runs of a second model, or a campaign.")
+    parts = []
+    for model in h.models[1:]:
+        by_study: dict[str, dict[str, list[str]]] = {}
+        for row in h.rows:
+            if model not in row.ratios or row.study == "batch":
+                continue
+            winner, figure = _verdict(row, model, h.base)
+            key = "cannot tell" if winner is None and row.better != "none" else (winner or "")
+            if key:
+                by_study.setdefault(row.study, {}).setdefault(key, []).append(f"{row.measure} ({figure})")
+        for study, outcome in by_study.items():
+            said = []
+            for who in (model, h.base):
+                if who in outcome:
+                    said.append(f"{who} is ahead on {'; '.join(outcome[who])}")
+            if "cannot tell" in outcome:
+                said.append(f"the data cannot tell them apart on {'; '.join(outcome['cannot tell'])}")
+            parts.append(f"{study.capitalize()}, {model} against {h.base} (ratios are {model} over {h.base}, "
+                         f"95% intervals): " + "; ".join(said) + ".")
+    parts += _batch(h)
+    wins = _tally(h)
+    if wins:
+        parts.append("In short: " + "; ".join(f"{m} wins {', '.join(sorted(s))}" for m, s in wins.items() if s) + ".")
+    return " ".join(parts)
+
+
+def _batch(h: Headline) -> list[str]:
+    rows = [r for r in h.rows if r.study == "batch"]
+    if len(rows) < 2:
+        return []
+    batch, single = rows[0], rows[1]
+    out = []
+    for model in h.models[1:]:
+        b, s = batch.ratios.get(model), single.ratios.get(model)
+        if b is None or s is None or math.isnan(b.estimate) or math.isnan(s.estimate):
+            continue
+        out.append(f"Under load the picture changes: in MMLU-Pro's batch {model} ran at {b.estimate:.2f}x "
+                   f"{h.base}'s throughput, where single-stream decode gave {s.times()}; {batch.note}. A batch "
+                   "ratio rests on one batch per model, and the two batches did not generate the same tokens, "
+                   "so read it as a hint, not a measurement.")
+    return out
+
+
+def _tally(h: Headline) -> dict[str, set[str]]:
+    wins: dict[str, set[str]] = {m: set() for m in h.models}
+    for row in h.rows:
+        if row.study == "batch":
+            continue
+        for model in row.ratios:
+            winner, _ = _verdict(row, model, h.base)
+            if winner:
+                wins[winner].add(row.study)
+    return wins

@@ -1,0 +1,123 @@
+"""Campaigns: a file that fails before anything starts, and a real run stopped with Ctrl-C and resumed."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sparknb import campaign
+from sparknb.cli import main
+from sparknb.errors import ParamsError
+from sparknb.params import load_campaign, project_root
+from sparknb.run import read_records, verify
+
+
+def _file(tmp_path, text: str):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_the_shipped_campaigns_are_valid_and_plan_every_cell():
+    cells = campaign.plan(load_campaign("tiny"))
+    assert [c.key for c in cells][-1] == "swap/all models/1"  # across models, last, with no server up
+    assert {c.notebook for c in cells} == {"decode", "prefill", "mtp", "mmlu_pro", "swap"}
+    assert len(cells) == 4 * 2 + 1
+    assert cells[-1].parameters["models"] == ["tiny-dense", "tiny-moe"]
+    seed = campaign.plan(load_campaign("spark-35b-vs-27b"))
+    assert {c.model for c in seed} == {"qwen3.6-35b-a3b", "qwen3.6-27b-fp8", None}
+
+
+def test_an_invalid_campaign_names_every_bad_field_before_anything_starts(tmp_path):
+    path = _file(tmp_path, """
+name: bad
+models: [tiny-dense]
+studies:
+  decode: {prompt_lenghts: [64], repetitions: "five", endpoint: "http://x/v1"}
+  nosuch: {}
+""")
+    with pytest.raises(ParamsError) as e:
+        campaign.plan(load_campaign(path))
+    text = str(e.value)
+    assert "studies.decode.prompt_lenghts: not a parameter of decode.ipynb" in text
+    assert "studies.decode.repetitions: 'five' is not a int" in text
+    assert "studies.decode.endpoint: set by the campaign itself" in text
+    assert "studies.nosuch: no such notebook" in text
+
+
+def test_an_unknown_model_or_field_in_the_file_is_named(tmp_path):
+    with pytest.raises(ParamsError, match="models: No model params"):
+        load_campaign(_file(tmp_path, "name: x\nmodels: [no-such-model]\nstudies: {decode: {}}\n"))
+    with pytest.raises(ParamsError, match="repetition"):
+        load_campaign(_file(tmp_path, "name: x\nmodels: [tiny-dense]\nrepetition: 2\nstudies: {decode: {}}\n"))
+
+
+def _members(pgid: int) -> list[int]:
+    """Live processes of a group, read from /proc here rather than through the code under test."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                out.append(int(entry))
+    return out
+
+
+@pytest.mark.server
+def test_ctrl_c_stops_cleanly_and_resume_runs_only_what_is_missing(tmp_path):
+    path = _file(tmp_path, """
+name: two-cells
+models: [tiny-moe, tiny-dense]
+studies:
+  decode: {prompt_lengths: [64], output_tokens: 16, warmup: 0, repetitions: 1}
+""")
+    outputs = tmp_path / "outputs"
+    command = [sys.executable, "-m", "sparknb", "campaign", "run", path, "--outputs", str(outputs)]
+    proc = subprocess.Popen(command, cwd=project_root(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 900
+    record = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list((outputs / "campaigns").glob("*/records.jsonl"))
+        if found and any(r.get("status") == "done" for r in read_records(found[0].parent)):
+            record = found[0].parent
+            break
+        time.sleep(0.5)
+    assert record is not None, proc.stdout.read() if proc.poll() is not None else "no cell finished in time"
+    proc.send_signal(signal.SIGINT)  # Ctrl-C, after the first cell and while the second model starts
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert "--resume" in out
+    events = read_records(record)
+    for pid in [e["pid"] for e in events if e.get("event") == "server up"]:
+        assert _members(pid) == [], f"server group {pid} left running"
+    done = [e for e in events if e.get("status") == "done"]
+    assert [e["cell"] for e in done] == ["decode/tiny-moe/1"] and verify(done[0]["run"]) == []
+    assert not (record / "manifest.json").exists()  # unsealed: it can be resumed
+
+    again = subprocess.run([*command, "--resume", record.name], cwd=project_root(), capture_output=True, text=True,
+                           timeout=900)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 already done" in again.stdout and "[1/1] decode/tiny-dense/1: sealed" in again.stdout
+    assert "left" in again.stdout  # the progress line estimates what is left
+    events = read_records(record)
+    cells = [e["cell"] for e in events if e.get("status") == "done"]
+    assert cells == ["decode/tiny-moe/1", "decode/tiny-dense/1"]  # the first was not run again
+    assert verify(record) == []
+    params = json.loads((record / "params.json").read_text())
+    assert [c["cell"] for c in params["cells"]] == cells
+
+    # The comparison reads the campaign's sealed cells: real runs, real ratios.
+    assert main(["run", "compare", "-p", "campaign", record.name, "--outputs", str(outputs)]) == 0
+    (report,) = (outputs / "compare").iterdir()
+    headline = json.loads((report / "summary.json").read_text())["headline"]
+    assert headline["models"] == ["tiny-moe", "tiny-dense"]
+    row = next(r for r in headline["rows"] if r["measure"] == "tok/s at 64 tokens")
+    assert set(row["values"]) == {"tiny-moe", "tiny-dense"} and "tiny-dense" in row["ratios"]
+    assert verify(report) == [] and (report / "report.html").exists()

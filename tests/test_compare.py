@@ -1,0 +1,96 @@
+"""The comparison notebook over sealed runs: the boxes first, every ratio with its interval, a paragraph
+generated from the numbers. These runs are written here with the run-folder code (no server), with figures
+chosen so the expected verdicts are known; the campaign test compares real runs."""
+
+import json
+import random
+
+import pytest
+
+from sparknb import stats
+from sparknb.errors import DataError
+from sparknb.run import Run, verify
+from sparknb.studies import compare
+from support import outputs_text, run_notebook
+
+
+def fingerprint(host="box-a", cpu="Grace", driver="580.159.03", server="0.32.0") -> dict:
+    return {"taken_at": "2026-12-01T00:00:00+00:00", "host": {"hostname": host, "cpu_model": cpu, "cpu_count": 20,
+            "memory_total_bytes": 128e9}, "gpu": {"available": True, "driver_version": driver,
+            "cuda_driver_version": "13.0", "devices": [{"name": "GB10", "memory_total_bytes": "unified"}]},
+            "server": {"version": server, "root": "/models/x", "dtype": "bfloat16", "quantization": "none"},
+            "project": {"commit": "abc", "dirty": False}}
+
+
+def decode_run(tmp_path, model: str, speed: float, fp: dict, spread=0.02, seed=0) -> Run:
+    rng = random.Random(seed)
+    run = Run.create("decode", {"notebook": "decode", "model": {"name": model},
+                                "settings": {"prompt_lengths": [111, 5378], "repetitions": 5}}, outputs=tmp_path,
+                     label=model)
+    run.write_json("fingerprint.json", fp)
+    seq = 0
+    for n in (111, 5378):
+        for rep in range(5):
+            seq += 1
+            tps = speed * (1 - n / 100000) * (1 + rng.uniform(-spread, spread))
+            run.record({"seq": seq, "prompt_length": n, "rep": rep, "warmup": False, "prompt_tokens": n,
+                        "completion_tokens": 150, "decode_tokens": 149, "ttft_s": 0.1, "decode_s": 149 / tps,
+                        "decode_tokens_per_s": tps, "interference": None,
+                        "server": {"decode_s": 149 / tps, "ttft_s": 0.09, "spec_decode": {"tokens_per_step": None},
+                                   "unchecked": []}})
+    run.write_json("summary.json", {"table": [{"prompt tokens": 111, "% of limit": 90.0},
+                                              {"prompt tokens": 5378, "% of limit": 88.0}]})
+    run.seal()
+    return run
+
+
+def test_ratios_have_intervals_and_the_paragraph_says_who_wins_and_where_it_cannot_tell(tmp_path):
+    a = decode_run(tmp_path, "moe-35b", 26.0, fingerprint(), seed=1)
+    b = decode_run(tmp_path, "dense-27b", 8.9, fingerprint(), seed=2)
+    plan = compare.Plan.build(runs=[a.id, b.id], outputs=str(tmp_path))
+    assert plan.models() == ["moe-35b", "dense-27b"] and compare.warnings(plan.past) == []
+    h = compare.headline(plan.by_study(), plan.models())
+    row = next(r for r in h.rows if r.measure == "tok/s at 111 tokens")
+    ratio = row.ratios["dense-27b"]
+    assert ratio.estimate == pytest.approx(8.9 / 26.0, rel=0.03) and ratio.high < 1  # surely slower
+    text = compare.story(h)
+    assert "moe-35b is ahead on tok/s at 111 tokens" in text and "moe-35b wins decode" in text
+    same = decode_run(tmp_path, "moe-35b-again", 26.0, fingerprint(), spread=0.2, seed=3)
+    plan = compare.Plan.build(runs=[a.id, same.id], outputs=str(tmp_path))
+    h = compare.headline(plan.by_study(), plan.models())
+    assert "cannot tell them apart" in compare.story(h)
+
+
+def test_a_comparison_of_runs_from_different_boxes_shows_the_warning_first(tmp_path):
+    a = decode_run(tmp_path / "outputs", "moe-35b", 26.0, fingerprint())
+    b = decode_run(tmp_path / "outputs", "dense-27b", 8.9, fingerprint(host="box-b", cpu="EPYC", driver="590.1"))
+    nb, folder = run_notebook("compare", tmp_path, {"runs": [a.id, b.id]})
+    first_output = next(o for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", [])
+                        for o in c.get("outputs", []) if o.get("data", {}).get("text/markdown"))
+    assert "DIFFERENT BOXES" in first_output["data"]["text/markdown"]
+    assert "driver differs" in outputs_text(nb)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["findings"][0]["level"] == "warning" and "DIFFERENT BOXES" in summary["findings"][0]["text"]
+    assert "image/png" in outputs_text(nb) and verify(folder) == []
+
+
+def test_a_tampered_run_is_refused_with_the_file_named(tmp_path):
+    a = decode_run(tmp_path, "moe-35b", 26.0, fingerprint())
+    b = decode_run(tmp_path, "dense-27b", 8.9, fingerprint())
+    for p in [b.path, *b.path.iterdir()]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    (b.path / "summary.json").write_text("{}")
+    with pytest.raises(DataError, match="changed: summary.json"):
+        compare.Plan.build(runs=[a.id, b.id], outputs=str(tmp_path))
+
+
+def test_the_batch_ratio_is_computed_from_the_runs_beside_the_single_stream_one():
+    h = compare.Headline("a", ["a", "b"], [
+        compare.headline.__globals__["Row"]("batch", "MMLU-Pro batch tok/s", {"a": 120.0, "b": 100.0},
+                                             {"b": stats.Interval(100 / 120, float("nan"), float("nan"), 0.95, "one")},
+                                             note="generated tokens: a 70,000, b 71,000"),
+        compare.headline.__globals__["Row"]("batch", "single-stream", {"a": 26.0, "b": 8.9},
+                                             {"b": stats.median_ratio([8.9, 9.0, 8.8], [26.0, 25.8, 26.2])}),
+    ])
+    text = compare.story(h)
+    assert "b ran at 0.83x a's throughput, where single-stream decode gave 0.34x" in text
