@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -124,17 +125,12 @@ def seal_interrupted(folder: str | Path) -> Path:
     return path
 
 
-def demo(outputs: str | Path = "") -> list[Path]:
-    """The decode sweep on both tiny models, each on its own real vLLM CPU server, one after the other."""
-    from .serving import testbed
+def demo(outputs: str | Path = "") -> Path:
+    """The tiny campaign (every study on both tiny models, real vLLM CPU servers), then its comparison."""
+    from . import campaign
 
-    folders = []
-    for name in ("tiny-dense", "tiny-moe"):
-        model = load_model(name)
-        port = testbed.pick_port(urlsplit(model.endpoint).port)  # its own port may be taken by a test
-        with testbed.start(name, port, api_key=model.api_key()) as server:
-            folders.append(run_notebook("decode", {"model": name, "endpoint": server.url}, outputs))
-    return folders
+    record = campaign.run("tiny", outputs=outputs)
+    return run_notebook("compare", {"campaign": record.name}, outputs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,8 +178,10 @@ def main(argv: list[str] | None = None) -> int:
 
             campaign.run(args.file, resume=args.resume, outputs=args.outputs)
         elif args.command == "demo":
-            for folder in demo(args.outputs):
-                print(f"sealed run: {folder}\nreport: {folder / 'report.html'}")
+            t0 = time.monotonic()
+            folder = demo(args.outputs)
+            print(f"comparison report: {folder / 'report.html'}\n(the tiny campaign and its comparison took "
+                  f"{(time.monotonic() - t0) / 60:.1f} min)")
     except (SparknbError, OSError) as e:  # known failures carry a message meant for the user
         print(f"sparknb {args.command}: {redact(str(e))}", file=sys.stderr)
         return 2

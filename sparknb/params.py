@@ -216,8 +216,9 @@ class Plan(BaseModel):
 
 def _problems(e: ValidationError, kind: type[BaseModel] | None = None) -> str:
     lines = []
+    whole = "parameters" if kind is not None and issubclass(kind, Plan) else "(file)"
     for err in e.errors():
-        loc = ".".join(map(str, err["loc"])) or "(file)"
+        loc = ".".join(map(str, err["loc"])) or whole
         msg = err["msg"].removeprefix("Value error, ")
         got = "" if err["type"] in ("missing", "value_error") else f"; got {err.get('input')!r}"
         field = (kind.model_fields.get(str(err["loc"][0])) if kind and err["loc"] else None)

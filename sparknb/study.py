@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from . import bandwidth, fingerprint, guard, metrics
+from . import bandwidth, fingerprint, guard, metrics, probe, telemetry
 from .client import Completion, Endpoint, ServerInfo
 from .errors import ParamsError
 from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
@@ -40,6 +40,7 @@ class Study:
     seal: bool = True
     endpoint: Endpoint | None = None  # None where the study starts its own servers (swap)
     server: ServerInfo | None = None
+    sampler: telemetry.Sampler | None = None  # GPU telemetry, sampled while the run is open
 
     @property
     def model(self) -> ModelParams:
@@ -81,7 +82,7 @@ class Study:
 
     def fail(self, error: BaseException | str) -> None:
         """Mark the run as failed halfway, let go of the lock and seal it; every record stays."""
-        if self.run.sealed:
+        if self.run.sealed or (self.run.path / FAILURE).exists():
             return
         reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
         records = self.records()
@@ -98,6 +99,8 @@ class Study:
         print(f"run folder: {self.run.path}")
 
     def _close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
         self.lock.release()
         if self.endpoint is not None:
             self.endpoint.close()
@@ -160,7 +163,7 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
     ep = server = None
     if not models:
         ep = Endpoint(resolve_endpoint(endpoint or loaded[0].endpoint), loaded[0].served_model_name,
-                      api_key=loaded[0].api_key())
+                      api_key=loaded[0].api_key(), tokenizer=loaded[0].tokenizer)
         server = ep.info()
         if validate:
             validate(server, ep)
@@ -168,7 +171,7 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
     lock = guard.RunLock({"notebook": notebook, "model": ", ".join(dict.fromkeys(names)), "run_id": run_id or "(new)"})
     lock.acquire(force=force)
     try:
-        report = guard.check(server_load=ep.metrics().load() if ep else None, force=force)
+        report = guard.check(server_load=ep.metrics().load() if ep else None, endpoint=ep, force=force)
         all_params = {"notebook": notebook, "settings": settings, "hardware": hardware.model_dump(),
                       "guard": report.as_dict() | {"lock_forced_over": lock.forced_over}}
         if models:
@@ -180,12 +183,16 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
             server_facts = server.as_dict()
         run = Run.create(notebook, all_params, run_id=run_id, outputs=outputs,
                          label="-".join(dict.fromkeys(names)), secrets=keys)
-        fp = fingerprint.take(server=server_facts, params=all_params, project_dir=project_root(), secrets=keys)
+        box = probe.measure(hardware, fingerprint.nvml())
+        print(box.finding(), flush=True)
+        fp = fingerprint.take(server=server_facts, params=all_params, project_dir=project_root(), secrets=keys,
+                              probe=box.as_dict())
         run.write_json("fingerprint.json", fp)
+        sampler = telemetry.Sampler(run).start()
     except BaseException:
         lock.release()
         raise
-    study = Study(notebook, loaded, hardware, run, report, fp, lock, seal, ep, server)
+    study = Study(notebook, loaded, hardware, run, report, fp, lock, seal, ep, server, sampler)
     _open.append(study)
     where = f"at {redact(ep.url)} (server {server.version})" if ep else "started by this study"
     print(f"run {run.id}: {', '.join(dict.fromkeys(names))} {where}; writing {run.path}", flush=True)
@@ -203,34 +210,4 @@ def server_view(d: metrics.Delta) -> dict:
     return view | {"spec_decode": d.spec_decode(), "unchecked": metrics.unchecked(d)}
 
 
-def fingerprint_table(fp: dict) -> pd.DataFrame:
-    """The fingerprint as a two-column table a reader can scan; fingerprint.json has all of it."""
-    host, gpu, server, project = fp["host"], fp["gpu"], fp["server"], fp["project"]
-    os_name = host["os"].get("pretty_name") if isinstance(host["os"], dict) else host["os"]
-    gib = 2 ** 30
-
-    def memory(b):
-        return f"{b / gib:.1f} GiB" if isinstance(b, (int, float)) else b
-
-    devices = "; ".join(f"{d['name']} (cc {d['compute_capability']}, {memory(d['memory_total_bytes'])})"
-                        for d in gpu.get("devices", []))
-    rows = {
-        "host": f"{host['hostname']}: {os_name}, kernel {host['kernel']}, {host['architecture']}",
-        "cpu": f"{host['cpu_model']}, {host['cpu_count']} threads, {memory(host['memory_total_bytes'])}",
-        "gpu": devices or f"none ({gpu.get('reason')})",
-        "driver": f"{gpu.get('driver_version', '-')}, CUDA {gpu.get('cuda_driver_version', '-')}",
-        "server": f"vLLM {server['version']} serving {server['model']} at {server['url']}",
-        "weights": f"{server['root']} (dtype {server['dtype']}, quantization {server['quantization']})",
-        "max_model_len": server["max_model_len"],
-        "python": fp["python"]["version"],
-        "project": f"{project['commit']}{' (dirty)' if project.get('dirty') else ''}",
-        "guard": _guard_line(fp["params"].get("guard", {})),
-        "taken_at": fp["taken_at"],
-    }
-    return pd.DataFrame({"value": [str(v) for v in rows.values()]}, index=list(rows))
-
-
-def _guard_line(g: dict) -> str:
-    if g.get("forced") or g.get("lock_forced_over"):
-        return f"FORCED past: {'; '.join(g.get('findings', [])) or g.get('lock_forced_over')}"
-    return "clear: " + g.get("gpu", "")
+fingerprint_table = fingerprint.table  # where prefill's comparison and the swap study find it

@@ -1,0 +1,140 @@
+"""This run beside earlier ones: the TTFT ratio at each length, with an interval, and where the runs differ.
+
+Every figure of an earlier run is computed from its own sealed records by the same code as this
+run's; its fingerprint is kept beside it so that a reader sees whether both ran on the same box.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...errors import DataError
+from ...report import Finding, as_records, markdown, warning
+from ...run import PastRun
+from ...study import Study, fingerprint_table
+from .fit import LEVEL
+from .tables import clean, frame, summarize
+
+
+def ratio_table(frames: dict[str, pd.DataFrame], base: str, level: float = LEVEL, seed: int = 0) -> pd.DataFrame:
+    """Median TTFT of every run per length, and each other run's over the base run's, with an interval.
+
+    The interval is a percentile bootstrap over each run's own requests (seeded: the same records
+    always give the same interval). With five requests a side it is rough, but it says when a
+    ratio is too noisy to carry a conclusion.
+    """
+    tables = {label: summarize(df) for label, df in frames.items()}
+    lengths = {label: list(t.index) for label, t in tables.items()}
+    if any(ls != lengths[base] for ls in lengths.values()):
+        raise DataError("The runs measured different prompt lengths: "
+                         + "; ".join(f"{label} {ls}" for label, ls in lengths.items())
+                         + ". A ratio needs the same lengths in every run.")
+    rng = np.random.default_rng(seed)
+    ttfts = {label: {n: g["ttft_s"].to_numpy(dtype=float) for n, g in clean(df).groupby("prompt_length")}
+             for label, df in frames.items()}
+    out = pd.DataFrame(index=pd.Index(lengths[base], name="prompt tokens"))
+    for label, t in tables.items():
+        out[f"{label} TTFT ms"] = t["TTFT ms (median)"]
+    for label, t in tables.items():
+        if label == base:
+            continue
+        col = f"{label} / {base}"
+        out[col] = t["TTFT ms (median)"] / tables[base]["TTFT ms (median)"]
+        bounds = [_ratio_interval(ttfts[label][n], ttfts[base][n], level, rng) for n in out.index]
+        out[f"{col} low"], out[f"{col} high"] = [b[0] for b in bounds], [b[1] for b in bounds]
+        # The same ratio from vLLM's own TTFT: free of whatever held up either client.
+        if t["vLLM TTFT ms"].notna().all() and tables[base]["vLLM TTFT ms"].notna().all():
+            out[f"{col} (vLLM)"] = t["vLLM TTFT ms"].astype(float) / tables[base]["vLLM TTFT ms"].astype(float)
+    return out
+
+
+def _ratio_interval(other: np.ndarray, base: np.ndarray, level: float, rng, draws: int = 4000) -> tuple[float, float]:
+    if len(other) < 2 or len(base) < 2:
+        return math.nan, math.nan
+    a = np.median(rng.choice(other, size=(draws, len(other))), axis=1)
+    b = np.median(rng.choice(base, size=(draws, len(base))), axis=1)
+    low, high = np.quantile(a / b, [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
+
+
+# What must match for two runs to be set side by side, by what a difference means.
+_FACETS: dict[str, Callable[[dict], dict]] = {
+    "hardware": lambda fp: {
+        "cpu": fp.get("host", {}).get("cpu_model"),
+        "cpu threads": fp.get("host", {}).get("cpu_count"),
+        "memory": fp.get("host", {}).get("memory_total_bytes"),
+        "gpu": "; ".join(f"{d.get('name')} {d.get('memory_total_bytes')}" for d in fp.get("gpu", {}).get("devices", []))
+               or "none"},
+    "driver": lambda fp: {"driver": fp.get("gpu", {}).get("driver_version"),
+                          "CUDA driver": fp.get("gpu", {}).get("cuda_driver_version")},
+    "server version": lambda fp: {"vLLM": fp.get("server", {}).get("version")},
+    "host": lambda fp: {"hostname": fp.get("host", {}).get("hostname")},
+}
+
+
+def fingerprint_differences(mine: dict, theirs: dict) -> list[str]:
+    """Where two runs' machines or server builds differ; empty means same box and build."""
+    out = []
+    for facet, pick in _FACETS.items():
+        a, b = pick(mine), pick(theirs)
+        diffs = [f"{k} {a[k]!r} vs {b[k]!r}" for k in a if a[k] != b[k]]
+        if diffs:
+            out.append(f"{facet} differs: " + ", ".join(diffs))
+    return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """This run beside earlier ones: the ratio table, every run's fingerprint, and what makes a ratio doubtful."""
+
+    base: str
+    labels: tuple[str, ...]  # the other runs, in compare_with order
+    run_ids: tuple[str, ...]
+    table: pd.DataFrame
+    fingerprints: pd.DataFrame | None
+    warnings: tuple[Finding, ...]
+
+    def as_dict(self) -> dict:
+        return {"base": self.base, "others": [{"label": la, "run_id": r} for la, r in zip(self.labels, self.run_ids)],
+                "table": self.table.reset_index().to_dict(orient="records"), "warnings": as_records(self.warnings)}
+
+    def warnings_markdown(self) -> str:
+        if not self.warnings:
+            return "Every run compared here ran on the same box, driver and server build, and verifies as sealed."
+        return markdown(self.warnings)
+
+
+def compare(df: pd.DataFrame, study: Study, others: Sequence[PastRun], allow_cache_hits: bool) -> Comparison | None:
+    """This run beside earlier ones (None where there are none), every figure of theirs from their sealed records."""
+    if not others:
+        return None
+    names = [study.model.name, *(o.label for o in others)]
+    ids = [study.run.id, *(o.id for o in others)]
+    labels = [n if names.count(n) == 1 else f"{n} ({i})" for n, i in zip(names, ids)]
+    base = labels[0]
+    frames = {base: df} | {label: frame(o.records) for label, o in zip(labels[1:], others)}
+    warnings = []
+    for label, o in zip(labels[1:], others):
+        for d in fingerprint_differences(study.fingerprint, o.fingerprint):
+            warnings.append(warning(f"{label} ran elsewhere: {d}."))
+        if o.failure:
+            warnings.append(warning(f"{label} ({o.id}) failed halfway ({o.failure.get('reason')}): its figures come "
+                                    "from the requests it measured before it stopped."))
+        if bool(o.settings.get("allow_cache_hits")) != allow_cache_hits:
+            marked = label if o.settings.get("allow_cache_hits") else base
+            warnings.append(warning(f"{marked} allowed prefix-cache hits on purpose and the other did not: the "
+                                    "ratio shows the cache's effect, not the models'."))
+    prints = {}
+    for label, run_id, fp in zip(labels, ids, [study.fingerprint, *(o.fingerprint for o in others)]):
+        try:
+            rows = fingerprint_table(fp)["value"]
+        except (KeyError, TypeError, AttributeError):
+            rows = pd.Series({"fingerprint": "incomplete; see its fingerprint.json"})
+        prints[label] = pd.concat([pd.Series({"run": run_id}), rows])
+    return Comparison(base, tuple(labels[1:]), tuple(ids[1:]), ratio_table(frames, base),
+                      pd.concat(prints, axis=1), tuple(warnings))

@@ -1,0 +1,118 @@
+"""The prefill study's parameters, checked together, and the earlier runs they name, read once.
+
+Every problem is named before the server is asked anything; what needs the server (its context
+length) is checked against it before the run lock is taken or a folder is made.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field, PrivateAttr, field_validator, model_validator
+
+from ... import params
+from ...client import Endpoint, ServerInfo
+from ...errors import DataError, ParamsError
+from ...run import PastRun, read_past
+from .tables import measured_lengths
+
+NOTEBOOK = "prefill"
+# The reference DGX Spark study's lengths: short chat to long document, the range where the gap shows.
+DEFAULT_LENGTHS = (111, 364, 1024, 2048, 5378, 10714)
+
+
+class Plan(params.Plan):
+    study: ClassVar[str] = NOTEBOOK
+    prompt_lengths: list[Annotated[int, Field(ge=16)]] = Field(
+        [], description="whole numbers of tokens, 16 or more, two lengths or more; empty for the standard "
+        f"{list(DEFAULT_LENGTHS)}")
+    output_tokens: int = Field(1, ge=1, description="answer length in tokens, 1 or more")
+    warmup: int = Field(1, ge=0, description="requests per length left out of the figures, 0 or more")
+    repetitions: int = Field(5, ge=1, description="measured requests per prompt length, 1 or more")
+    allow_cache_hits: bool = Field(False, description="true or false")
+    compare_with: list[str] = Field(
+        [], description="run folders or run ids of earlier prefill runs")
+    _past: list[PastRun] = PrivateAttr(default_factory=list)
+
+    @field_validator("compare_with", mode="before")
+    @classmethod
+    def _one_run(cls, value: Any) -> Any:
+        """`sparknb run -p compare_with RUN` gives one run as a string."""
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("compare_with")
+    @classmethod
+    def _named(cls, runs: list[str]) -> list[str]:
+        if not all(r.strip() for r in runs):
+            raise ValueError(f"compare_with must name run folders or run ids of earlier prefill runs; got {runs!r}")
+        return runs
+
+    @model_validator(mode="after")
+    def _lengths_fit_a_line(self) -> Plan:
+        lengths = self.prompt_lengths
+        repeated = sorted(n for n in set(lengths) if lengths.count(n) > 1)
+        if repeated:
+            raise ValueError(f"prompt_lengths has repeats: {repeated}; give each length once")
+        if len(lengths) == 1:
+            raise ValueError(f"prompt_lengths needs two lengths or more to fit the overhead and the per-token "
+                             f"cost; got {lengths}. Leave it empty for the standard {list(DEFAULT_LENGTHS)}")
+        return self
+
+    @classmethod
+    def build(cls, *, outputs: str = "", **values: Any) -> Plan:
+        """Check the parameters, then read every compare_with run from its seal, once, before any request."""
+        plan = super().build(**values)
+        plan._past = read_past(plan.compare_with, NOTEBOOK, outputs=outputs)
+        empty = [f"compare_with {run.id!r}: it holds no clean measured request" for run in plan._past
+                 if not measured_lengths(run.records)]
+        if empty:
+            raise DataError("Cannot compare:\n  " + "\n  ".join(empty))
+        return plan
+
+    @property
+    def past(self) -> list[PastRun]:
+        """The earlier runs to compare with, as read and verified when the plan was built."""
+        return list(self._past)
+
+    def lengths_for(self, server: ServerInfo) -> tuple[tuple[int, ...], str | None]:
+        """The lengths this run measures, and a note where standard ones did not fit the server.
+
+        Standard lengths that do not fit are left out (a server with a short context still gets a
+        curve); a length the user asked for that does not fit is an error, not quietly dropped.
+        """
+        room = None if server.max_model_len is None else server.max_model_len - self.output_tokens
+        if self.prompt_lengths:
+            too_long = [n for n in self.prompt_lengths if room is not None and n > room]
+            if too_long:
+                raise ParamsError(
+                    f"prompt length(s) {too_long} plus {self.output_tokens} output token(s) exceed the server's "
+                    f"max_model_len of {server.max_model_len} for {server.model}. Drop them from prompt_lengths "
+                    "(or leave it empty for the standard lengths that fit), or restart the server with a larger "
+                    "--max-model-len.")
+            return tuple(sorted(self.prompt_lengths)), None
+        if room is None:
+            return DEFAULT_LENGTHS, (f"{server.model}'s server does not report max_model_len: all standard "
+                                     f"lengths {list(DEFAULT_LENGTHS)} are tried.")
+        kept = tuple(n for n in DEFAULT_LENGTHS if n <= room)
+        dropped = [n for n in DEFAULT_LENGTHS if n > room]
+        if len(kept) < 2:
+            raise ParamsError(
+                f"Only {list(kept) or 'none'} of the standard prompt lengths {list(DEFAULT_LENGTHS)} fit "
+                f"{server.model}'s max_model_len of {server.max_model_len}; a fit needs two. Give prompt_lengths "
+                f"explicitly, e.g. [{min(32, room)}, {room}].")
+        if not dropped:
+            return kept, None
+        return kept, (f"Note: the standard length(s) {dropped} are left out: with {self.output_tokens} output "
+                      f"token(s) they exceed {server.model}'s max_model_len of {server.max_model_len}. "
+                      f"Measuring {list(kept)}.")
+
+    def check_server(self, server: ServerInfo, endpoint: Endpoint | None = None) -> None:
+        """Before the run opens: the lengths fit the server, and match every run to compare with."""
+        lengths, _ = self.lengths_for(server)
+        differ = [f"{o.id} ({o.label}) measured {list(measured_lengths(o.records))}" for o in self._past
+                  if measured_lengths(o.records) != lengths]
+        if differ:
+            raise ParamsError(
+                f"compare_with runs of other prompt lengths: this run would measure {list(lengths)}, but "
+                + "; ".join(differ) + ". A ratio needs the same lengths in every run: set prompt_lengths to "
+                "the other run's lengths, or compare with a run of these.")

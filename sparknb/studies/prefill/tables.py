@@ -1,0 +1,87 @@
+"""The prefill records as tables: one row per measured request, then one row per prompt length.
+
+The server's own timings sit beside the client's; a figure the server did not give stays unknown
+(NaN in a request's row, None in the per-length table, shown as "-"), never zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+COLUMNS = ["prompt_length", "rep", "prompt_tokens", "completion_tokens", "ttft_s", "server_ttft_s",
+           "server_prefill_s", "server_queue_s", "cache_queries", "cache_hits", "cache_hits_allowed",
+           "load_1m", "interference"]
+
+
+def frame(records: Sequence[dict]) -> pd.DataFrame:
+    """Measured requests as a table, the server's timings beside the client's; warmups and errors left out."""
+    rows = []
+    for r in records:
+        if r.get("warmup") or "error" in r:
+            continue
+        server = r.get("server") or {}
+        rows.append({
+            "prompt_length": r["prompt_length"],
+            "rep": r.get("rep"),
+            "prompt_tokens": r.get("prompt_tokens"),
+            "completion_tokens": r.get("completion_tokens"),
+            "ttft_s": r.get("ttft_s"),
+            "server_ttft_s": server.get("ttft_s"),
+            "server_prefill_s": server.get("prefill_s"),
+            "server_queue_s": server.get("queue_s"),
+            "cache_queries": server.get("prefix_cache_queries"),
+            "cache_hits": server.get("prefix_cache_hits"),
+            "cache_hits_allowed": bool(r.get("cache_hits_allowed")),
+            "load_1m": r.get("load_1m"),
+            "interference": r.get("interference"),
+        })
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def clean(df: pd.DataFrame) -> pd.DataFrame:
+    """The requests no other client disturbed and that have a TTFT: the only ones any figure uses."""
+    return df[df["interference"].isna() & df["ttft_s"].notna()]
+
+
+def measured_lengths(records: Sequence[dict]) -> tuple[int, ...]:
+    """The prompt lengths with at least one clean measurement: what a run can be compared at."""
+    df = clean(frame(records))
+    return tuple(sorted(int(n) for n in df["prompt_length"].unique()))
+
+
+def summarize(df: pd.DataFrame) -> pd.DataFrame:
+    """Per prompt length: the spread of TTFT, prefill throughput, and vLLM's own times beside them."""
+    out = []
+    for length, g in clean(df).groupby("prompt_length"):
+        ttft = g["ttft_s"]
+        median = float(ttft.median())
+
+        def server_ms(column, g=g):
+            return 1000 * float(g[column].median()) if g[column].notna().all() else None
+
+        both = g["server_ttft_s"].notna().all()
+        out.append({
+            "prompt tokens": int(length),
+            "n": len(g),
+            "TTFT ms (median)": 1000 * median,
+            "std": 1000 * float(ttft.std(ddof=1)) if len(g) > 1 else float("nan"),
+            "min": 1000 * float(ttft.min()),
+            "max": 1000 * float(ttft.max()),
+            "prefill tok/s": length / median if median > 0 else float("nan"),
+            "vLLM TTFT ms": server_ms("server_ttft_s"),
+            "vLLM prefill ms": server_ms("server_prefill_s"),
+            "vLLM queue ms": server_ms("server_queue_s"),
+            "outside vLLM ms": 1000 * float((g["ttft_s"] - g["server_ttft_s"]).median()) if both else None,
+            "cache hit %": _hit_percent(g),
+        })
+    return pd.DataFrame(out).set_index("prompt tokens") if out else pd.DataFrame()
+
+
+def _hit_percent(g: pd.DataFrame) -> float | None:
+    """Share of looked-up prompt tokens found in the cache; None where any request's counters are unknown."""
+    if g["cache_hits"].isna().any() or g["cache_queries"].isna().any():
+        return None
+    queries = g["cache_queries"].sum()
+    return 100 * g["cache_hits"].sum() / queries if queries else None
