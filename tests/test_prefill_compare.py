@@ -1,7 +1,6 @@
 """Prefill runs side by side: the ratio table, the paragraph that may claim only what the intervals
 allow, and the warnings about runs that differ. Synthetic requests and sealed folders; no server."""
 
-import json
 from types import SimpleNamespace
 
 import pandas as pd
@@ -95,20 +94,6 @@ def test_the_paragraph_says_the_faster_model_changes_only_where_the_intervals_cr
     assert "The faster model changes with the prompt length" in prefill.story(_table(flips), None, "moe", flips)
     _, closer = _comparison(lambda n: 0.05 + 1e-4 * n, lambda n: 0.05 + 2.2e-4 * n)
     assert "The faster model changes" not in prefill.story(_table(closer), None, "moe", closer)
-
-
-def test_fingerprint_differences_name_hardware_driver_and_server_version():
-    fp = {"host": {"hostname": "spark", "cpu_model": "Grace", "cpu_count": 20, "memory_total_bytes": 1},
-          "gpu": {"devices": [{"name": "GB10", "memory_total_bytes": None}], "driver_version": "580",
-                  "cuda_driver_version": 13000}, "server": {"version": "0.32.0"}}
-    assert prefill.fingerprint_differences(fp, json.loads(json.dumps(fp))) == []
-    other = json.loads(json.dumps(fp))
-    other["gpu"]["driver_version"] = "575"
-    other["server"]["version"] = "0.31.0"
-    other["gpu"]["devices"][0]["name"] = "H200"
-    found = " | ".join(prefill.fingerprint_differences(fp, other))
-    assert "hardware differs" in found and "'GB10" in found and "H200" in found
-    assert "driver differs: driver '580' vs '575'" in found and "server version differs" in found
 
 
 def test_compare_warns_of_another_box_a_run_that_failed_halfway_and_cache_hits_on_one_side(tmp_path):

@@ -7,7 +7,7 @@ other models are set beside this one from their sealed records at the same lengt
 """
 
 from ...errors import CacheHitError, FitError
-from .compare import Comparison, compare, fingerprint_differences, ratio_table
+from .compare import Comparison, compare, ratio_table
 from .findings import findings, story, summary
 from .fit import LEVEL, Estimate, Fit, fit
 from .measure import CacheCount, check_no_cache_hits, repeating, sweep
@@ -17,7 +17,7 @@ from .tables import frame, measured_lengths, summarize
 
 __all__ = [
     "DEFAULT_LENGTHS", "LEVEL", "NOTEBOOK", "CacheCount", "CacheHitError", "Comparison", "Estimate", "Fit",
-    "FitError", "Plan", "check_no_cache_hits", "compare", "findings", "fingerprint_differences", "fit", "frame",
+    "FitError", "Plan", "check_no_cache_hits", "compare", "findings", "fit", "frame",
     "measured_lengths", "plot", "plot_comparison", "ratio_table", "repeating", "story", "summarize", "summary",
     "sweep",
 ]

@@ -6,19 +6,21 @@ run's; its fingerprint is kept beside it so that a reader sees whether both ran 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
+from ... import fingerprint, stats
 from ...errors import DataError
 from ...report import Finding, as_records, markdown, warning
 from ...run import PastRun
 from ...study import Study, fingerprint_table
 from .fit import LEVEL
 from .tables import clean, frame, summarize
+
+# A ratio between two models is only a ratio of models where these are the same.
+ELSEWHERE = ("host", "hardware", "driver", "server version")
 
 
 def ratio_table(frames: dict[str, pd.DataFrame], base: str, level: float = LEVEL, seed: int = 0) -> pd.DataFrame:
@@ -34,7 +36,6 @@ def ratio_table(frames: dict[str, pd.DataFrame], base: str, level: float = LEVEL
         raise DataError("The runs measured different prompt lengths: "
                          + "; ".join(f"{label} {ls}" for label, ls in lengths.items())
                          + ". A ratio needs the same lengths in every run.")
-    rng = np.random.default_rng(seed)
     ttfts = {label: {n: g["ttft_s"].to_numpy(dtype=float) for n, g in clean(df).groupby("prompt_length")}
              for label, df in frames.items()}
     out = pd.DataFrame(index=pd.Index(lengths[base], name="prompt tokens"))
@@ -45,46 +46,11 @@ def ratio_table(frames: dict[str, pd.DataFrame], base: str, level: float = LEVEL
             continue
         col = f"{label} / {base}"
         out[col] = t["TTFT ms (median)"] / tables[base]["TTFT ms (median)"]
-        bounds = [_ratio_interval(ttfts[label][n], ttfts[base][n], level, rng) for n in out.index]
-        out[f"{col} low"], out[f"{col} high"] = [b[0] for b in bounds], [b[1] for b in bounds]
+        bounds = [stats.median_ratio(ttfts[label][n], ttfts[base][n], level, seed) for n in out.index]
+        out[f"{col} low"], out[f"{col} high"] = [b.low for b in bounds], [b.high for b in bounds]
         # The same ratio from vLLM's own TTFT: free of whatever held up either client.
         if t["vLLM TTFT ms"].notna().all() and tables[base]["vLLM TTFT ms"].notna().all():
             out[f"{col} (vLLM)"] = t["vLLM TTFT ms"].astype(float) / tables[base]["vLLM TTFT ms"].astype(float)
-    return out
-
-
-def _ratio_interval(other: np.ndarray, base: np.ndarray, level: float, rng, draws: int = 4000) -> tuple[float, float]:
-    if len(other) < 2 or len(base) < 2:
-        return math.nan, math.nan
-    a = np.median(rng.choice(other, size=(draws, len(other))), axis=1)
-    b = np.median(rng.choice(base, size=(draws, len(base))), axis=1)
-    low, high = np.quantile(a / b, [(1 - level) / 2, (1 + level) / 2])
-    return float(low), float(high)
-
-
-# What must match for two runs to be set side by side, by what a difference means.
-_FACETS: dict[str, Callable[[dict], dict]] = {
-    "hardware": lambda fp: {
-        "cpu": fp.get("host", {}).get("cpu_model"),
-        "cpu threads": fp.get("host", {}).get("cpu_count"),
-        "memory": fp.get("host", {}).get("memory_total_bytes"),
-        "gpu": "; ".join(f"{d.get('name')} {d.get('memory_total_bytes')}" for d in fp.get("gpu", {}).get("devices", []))
-               or "none"},
-    "driver": lambda fp: {"driver": fp.get("gpu", {}).get("driver_version"),
-                          "CUDA driver": fp.get("gpu", {}).get("cuda_driver_version")},
-    "server version": lambda fp: {"vLLM": fp.get("server", {}).get("version")},
-    "host": lambda fp: {"hostname": fp.get("host", {}).get("hostname")},
-}
-
-
-def fingerprint_differences(mine: dict, theirs: dict) -> list[str]:
-    """Where two runs' machines or server builds differ; empty means same box and build."""
-    out = []
-    for facet, pick in _FACETS.items():
-        a, b = pick(mine), pick(theirs)
-        diffs = [f"{k} {a[k]!r} vs {b[k]!r}" for k in a if a[k] != b[k]]
-        if diffs:
-            out.append(f"{facet} differs: " + ", ".join(diffs))
     return out
 
 
@@ -120,8 +86,8 @@ def compare(df: pd.DataFrame, study: Study, others: Sequence[PastRun], allow_cac
     frames = {base: df} | {label: frame(o.records) for label, o in zip(labels[1:], others)}
     warnings = []
     for label, o in zip(labels[1:], others):
-        for d in fingerprint_differences(study.fingerprint, o.fingerprint):
-            warnings.append(warning(f"{label} ran elsewhere: {d}."))
+        for facet, diffs in fingerprint.differences(study.fingerprint, o.fingerprint, ELSEWHERE).items():
+            warnings.append(warning(f"{label} ran elsewhere: {facet} differs: {', '.join(diffs)}."))
         if o.failure:
             warnings.append(warning(f"{label} ({o.id}) failed halfway ({o.failure.get('reason')}): its figures come "
                                     "from the requests it measured before it stopped."))
