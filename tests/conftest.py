@@ -1,17 +1,20 @@
 """Session fixtures: the two tiny models, served by the real vLLM CPU server on 127.0.0.1.
 
 Each server is started only if some collected test asks for it, one after the other, since two
-first compiles at once can race in vLLM's compile cache. A missing or broken vLLM makes the fixture fail, never skip.
+first compiles at once can race in vLLM's compile cache. A broken vLLM makes the fixture fail.
+Without vLLM installed at all, the unit tests still run and every server test is skipped, saying
+why, unless SPARKNB_REQUIRE_SERVERS=1 (as in CI): then the server tests fail instead.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from typing import Iterator
 
 import pytest
 
-from sparknb import testbed
+from sparknb.serving import testbed
 
 # Not a secret: it only guards the throw-away test server from the test that checks the guard.
 TEST_API_KEY = "sk-sparknb-test-3f9c2a7e51d04b86"
@@ -22,6 +25,31 @@ SERVERS = {
     "tiny-dense": ("tiny_dense", 8101, TEST_API_KEY),
     "tiny-moe": ("tiny_moe", 8102, None),
 }
+SERVER_FIXTURES = {"_testbed_servers", *(fixture for fixture, _, _ in SERVERS.values())}
+NO_VLLM = "vLLM is not installed: pip install -e '.[demo]' to run the server tests"
+NO_DEMO = "vLLM is not installed: pip install -e '.[demo]' to run the tests that build the tiny models"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "demo: needs the demo extra (vLLM, transformers) but starts no server")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses a server fixture is a server test, marked or not, so `-m "not server"` leaves it out."""
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("server"):
+            item.add_marker(pytest.mark.server)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before any fixture starts a server: without vLLM, skip (or, where servers are required, fail)."""
+    needs = NO_VLLM if item.get_closest_marker("server") else NO_DEMO if item.get_closest_marker("demo") else None
+    if needs and importlib.util.find_spec("vllm") is None:
+        if os.environ.get("SPARKNB_REQUIRE_SERVERS") == "1":
+            pytest.fail(f"{needs} (SPARKNB_REQUIRE_SERVERS=1 requires them)", pytrace=False)
+        pytest.skip(needs)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -83,8 +83,8 @@ def test_the_key_is_read_from_the_environment_never_stored(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("name", ["tiny-dense", "tiny-moe"])
 def test_the_tiny_models_params_match_their_checkpoints(name):
-    from sparknb import testbed
+    from sparknb.serving import tiny_models
 
-    counts = testbed.parameter_counts(name)
+    counts = tiny_models.parameter_counts(name)
     w = load_model(name).weights
     assert (w.dense_params, w.active_expert_params) == (counts["dense"], counts["active_experts"])

@@ -1,4 +1,4 @@
-"""Start, stop and wait for one model, as its params' `lifecycle` says: the part of a swap a client waits through.
+"""Start, stop and wait for one server (a Target): the part of a swap a client waits through, and the test bed.
 
 Everything started here runs in its own process group, so that stopping it stops the engine and
 worker processes vLLM forks too, and nothing is left behind whatever fails. Commands run without a
@@ -8,27 +8,25 @@ shell; the API key reaches a server through its environment, never its command l
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
 import shlex
 import signal
-import socket
 import subprocess
-import sys
+import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 
-from . import testbed
-from .testbed import group_alive, group_members, signal_group  # one copy, shared with the test bed
-from ..params import ModelParams
+from .processes import LOCAL_HOSTS, die_with_parent, group_alive, group_memory, port_in_use, signal_group, wait_gone
+from .targets import Target
+from ..errors import LifecycleError, PortInUseError, ServerError
 
 # Lines after which vLLM's API process may linger although its engine is gone: waiting longer is pointless.
-ENGINE_FAILED = ("Engine core initialization failed", "Worker failed with error")
+ENGINE_FAILED = ("Engine core initialization failed", "Worker failed with error", "InductorError")
 # Signs of a compile cache cut short by a killed start: every later start fails until it is cleared.
 BROKEN_CACHE = ("file too short", "InductorError", "Compile cache file corrupted")
 # vLLM hangs on SIGTERM while it is still starting, so a server that never got ready gets only this long.
@@ -36,106 +34,11 @@ STARTING_GRACE_S = 5.0
 STOP_TIMEOUT_S = 60.0
 POLL_S = 0.25
 ANSWER_TOKENS = 4
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1")
-
-
-class LifecycleError(ValueError):
-    """A model's params do not say how to start it; the message names the field to add."""
-
-
-class StartError(RuntimeError):
-    """A start failed or never got ready; the message carries the last lines of the server's log."""
-
-    def __init__(self, message: str, *, pid: int | None = None, exit_code: int | None = None,
-                 log_tail: str = "") -> None:
-        super().__init__(message)
-        self.pid = pid
-        self.exit_code = exit_code
-        self.log_tail = log_tail
-
-
-@dataclass(frozen=True)
-class Target:
-    """One model's lifecycle with every template filled in: what will run, where it will answer."""
-
-    name: str
-    served_model_name: str
-    mode: str  # testbed, command or sidecar
-    endpoint: str
-    ready_url: str
-    ready_timeout_s: float
-    start: tuple[str, ...] = ()
-    stop: tuple[str, ...] = ()
-    log: Path | None = None
-    compile_cache: Path | None = None
-    env: dict[str, str] = field(default_factory=dict)  # only what is set on top of ours, for the record
-    api_key: str | None = field(default=None, repr=False)
-
-    def describe(self) -> dict:
-        """For the record: the command lines and URLs, without the key."""
-        return {"name": self.name, "mode": self.mode, "endpoint": self.endpoint, "ready_url": self.ready_url,
-                "ready_timeout_s": self.ready_timeout_s, "start": list(self.start), "stop": list(self.stop),
-                "log": str(self.log) if self.log else None,
-                "compile_cache": str(self.compile_cache) if self.compile_cache else None,
-                "env": dict(self.env), "api_key_set": self.api_key is not None}
-
-
-def resolve(model: ModelParams) -> Target:
-    """Fill the templates now; a test-bed model gets a free port, since its usual one may be taken."""
-    lc = model.lifecycle
-    if lc.mode is None:
-        raise LifecycleError(
-            f"Model {model.name!r} has no lifecycle, so it cannot be started or swapped. Add to its params "
-            "either `lifecycle: {start: \"vllm serve ... --port {port}\"}` (a command this study runs), or "
-            "`lifecycle: {sidecar: true}` (a proxy such as llama-swap that swaps on request).")
-    key = model.api_key()
-    parts = urlsplit(model.endpoint)
-    host, port = parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
-    endpoint = model.endpoint.rstrip("/")
-    compile_cache = Path(os.path.expanduser(lc.compile_cache)) if lc.compile_cache else None
-    env: dict[str, str] = dict(lc.env)
-    if lc.mode == "testbed":
-        port = _free_port()  # not the usual one: test servers of other sessions like to sit there
-        host, endpoint = testbed.HOST, f"http://{testbed.HOST}:{port}/v1"
-        compile_cache = compile_cache or testbed.compile_cache(lc.testbed)
-        env |= testbed.server_env()
-    if compile_cache is not None:
-        env.setdefault("VLLM_CACHE_ROOT", str(compile_cache))
-    env.setdefault("VLLM_LOGGING_COLOR", "0")  # the log goes to a file; a notebook's kernel may force colour
-    values = {"python": sys.executable, "port": port, "host": host, "model": model.served_model_name,
-              "name": model.name, "endpoint": endpoint,
-              "compile_cache": str(compile_cache) if compile_cache else None}
-
-    def fill(what: str, template: str | None, split: bool) -> tuple[str, ...] | str | None:
-        if template is None:
-            return None
-        if "{compile_cache}" in template and compile_cache is None:
-            raise LifecycleError(f"lifecycle.{what} of {model.name!r} uses {{compile_cache}}, but no "
-                                 "lifecycle.compile_cache is set; name the folder")
-        if not split:
-            return os.path.expanduser(template.format(**values))
-        return tuple(word.format(**values) for word in shlex.split(template))
-
-    if lc.mode == "testbed":
-        start = tuple(testbed.server_command(lc.testbed, port))
-    else:
-        start = fill("start", lc.start, True) or ()
-    ready = fill("ready_url", lc.ready_url, False) or f"{endpoint}/models"
-    log = fill("log", lc.log, False)
-    return Target(name=model.name, served_model_name=model.served_model_name, mode=lc.mode, endpoint=endpoint,
-                  ready_url=ready, ready_timeout_s=lc.ready_timeout_s, start=start,
-                  stop=fill("stop", lc.stop, True) or (), log=Path(log) if log else None,
-                  compile_cache=compile_cache, env=env, api_key=key)
-
-
-# --------------------------------------------------------------------------------------------------
-# A started model
-# --------------------------------------------------------------------------------------------------
 
 
 @dataclass
 class Eviction:
-    """How a model was stopped and how long the client would have waited for it."""
+    """How a server was stopped and how long the client would have waited for it."""
 
     seconds: float
     how: str
@@ -143,36 +46,64 @@ class Eviction:
     stop_command_output: str = ""
 
 
-class Started:
-    """A model this process started; stop() it. The log anchor is the wall clock at launch."""
+class Server:
+    """A server this process started; stop() it, or use it as a context manager.
+
+    The log anchor is the wall clock at launch (launched_at); the log is the start command's
+    captured output, or the new part of the target's own log file.
+    """
 
     def __init__(self, target: Target, process: subprocess.Popen, capture: Path, launched_at: float,
-                 t0: float, log_offset: int) -> None:
+                 log_offset: int) -> None:
         self.target = target
+        self.name = target.name
+        self.url = target.endpoint
+        self.port = urlsplit(target.endpoint).port
         self.pid = process.pid
         self.capture = capture
         self.launched_at = launched_at  # time.time() just before the process was made
         self.ready_s: float | None = None
         self.detached = False  # the start command handed the server to something else (docker start)
         self._process = process
-        self._t0 = t0
+        self._t0 = time.monotonic()
         self._log_offset = log_offset
         self._stopped: Eviction | None = None
+        self._lock = threading.Lock()
         atexit.register(self._stop_quietly)
 
     def __repr__(self) -> str:
-        return f"Started({self.target.name!r}, pid={self.pid}, ready_s={self.ready_s})"
+        return f"Server({self.name!r}, url={self.url!r}, pid={self.pid}, ready_s={self.ready_s})"
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def log_path(self) -> Path:
+        return self.target.log or self.capture
+
+    @property
+    def api_key(self) -> str | None:
+        return self.target.api_key
+
+    @property
+    def running(self) -> bool:
+        """Whether anything of it is left: its leader, or any process of its group."""
+        return self._process.poll() is None or group_alive(self.pid)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped is not None
 
     def elapsed(self) -> float:
         return time.monotonic() - self._t0
 
-    @property
-    def running(self) -> bool:
-        return group_alive(self.pid)
-
-    def wait_ready(self) -> float:
-        """Seconds from launch until the ready URL answers 200; a dead or late server is stopped and reported."""
+    def wait_ready(self, timeout: float | None = None) -> Server:
+        """Until the ready URL answers 200 for our model (ready_s is then set); a dead or late server is stopped and reported."""
         t = self.target
+        timeout = t.ready_timeout_s if timeout is None else timeout
         last = "no answer yet"
         with httpx.Client(timeout=5.0, headers=_auth(t.api_key)) as http:
             while True:
@@ -182,8 +113,7 @@ class Started:
                         self.detached = True  # e.g. `docker start NAME`: the server lives on elsewhere
                     else:
                         self._fail(f"exited with code {code} before it was ready", exit_code=code)
-                tail = self.log_tail(400)
-                if any(line in tail for line in ENGINE_FAILED):
+                if any(line in self.log_tail(400) for line in ENGINE_FAILED):
                     self._fail("lost its engine while starting")
                 try:
                     response = http.get(t.ready_url)
@@ -194,15 +124,15 @@ class Started:
                     self._fail(f"is not what answers at {t.ready_url}: that server does not serve "
                                f"{t.served_model_name!r}. Another server took the port; stop it or pick another port")
                 if status == 200:
-                    self.ready_s = self.elapsed()
-                    return self.ready_s
+                    self.ready_s = self.ready_s if self.ready_s is not None else self.elapsed()
+                    return self
                 if status == 401:
                     self._fail(f"refused the API key at {t.ready_url} (401); set the variable named by "
                                "api_key_env to the server's key (or another server, with another key, took the port)")
                 if status is not None:
                     last = f"HTTP {status}"
-                if self.elapsed() > t.ready_timeout_s:
-                    self._fail(f"was not ready after {t.ready_timeout_s:g} s (lifecycle.ready_timeout_s; "
+                if self.elapsed() > timeout:
+                    self._fail(f"was not ready after {timeout:g} s (lifecycle.ready_timeout_s; "
                                f"{t.ready_url} last gave: {last})")
                 time.sleep(POLL_S)
 
@@ -224,10 +154,17 @@ class Started:
         return seconds, answer
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> Eviction:
-        """The stop command if there is one, then SIGTERM and, past the grace time, SIGKILL to the group."""
-        if self._stopped is not None:
+        """The stop command if there is one, then SIGTERM and, past the grace time, SIGKILL to the group.
+
+        A server that never got ready gets only STARTING_GRACE_S: vLLM hangs on SIGTERM while starting.
+        """
+        with self._lock:
+            if self._stopped is None:
+                atexit.unregister(self._stop_quietly)
+                self._stopped = self._stop(timeout)
             return self._stopped
-        atexit.unregister(self._stop_quietly)
+
+    def _stop(self, timeout: float) -> Eviction:
         t0 = time.monotonic()
         how: list[str] = []
         rc, output = None, ""
@@ -243,18 +180,17 @@ class Started:
             grace = timeout if self.ready_s is not None else min(timeout, STARTING_GRACE_S)
             signal_group(self.pid, signal.SIGTERM)
             how.append("SIGTERM")
-            if not _wait_gone(self.pid, self._process, grace):
+            if not wait_gone(self.pid, self._process, grace):
                 signal_group(self.pid, signal.SIGKILL)
                 how.append(f"SIGKILL after {grace:g} s")
-                _wait_gone(self.pid, self._process, 30)
+                wait_gone(self.pid, self._process, 30)
         try:
             self._process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             how.append("the leader did not exit")
         if group_alive(self.pid):
             how.append("PROCESSES LEFT RUNNING")
-        self._stopped = Eviction(time.monotonic() - t0, ", ".join(how) or "had already exited", rc, output)
-        return self._stopped
+        return Eviction(time.monotonic() - t0, ", ".join(how) or "had already exited", rc, output)
 
     def _stop_quietly(self) -> None:
         try:
@@ -286,21 +222,19 @@ class Started:
         if any(sign in long_tail for sign in BROKEN_CACHE):
             hint = (f"\nThe compile cache looks broken (a start was killed while writing it); clear "
                     f"{self.target.compile_cache or 'the compile cache'} (clear_compile_cache=True) and run again.")
-        where = self.target.log or "its output"
-        raise StartError(f"{self.target.name} ({_short(self.target.start)}) {why}.{hint}\n"
-                         f"Last lines of {where}:\n{tail}", pid=self.pid, exit_code=exit_code, log_tail=tail)
+        raise ServerError(f"{self.name} at {self.url} ({_short(self.target.start)}) {why}.{hint}\n"
+                          f"Last lines of {self.log_path}:\n{tail}", pid=self.pid, exit_code=exit_code, log_tail=tail)
 
 
-def start(target: Target, capture: Path) -> Started:
-    """Launch without waiting (see Started.wait_ready); the output goes to `capture`."""
+def launch(target: Target, capture: Path) -> Server:
+    """Start without waiting (see Server.wait_ready), so several servers can compile side by side; output goes to `capture`."""
     if target.mode not in ("testbed", "command"):
         raise LifecycleError(f"{target.name} is a {target.mode} model: nothing to start here")
-    host = urlsplit(target.endpoint).hostname or ""
-    port = urlsplit(target.endpoint).port
-    if host in LOCAL_HOSTS and port and _port_in_use(host, port):
-        raise StartError(f"Something already listens on {host}:{port}, where {target.name} is to answer. It is "
-                         "not a process this study started, so timing it would time the wrong server: stop "
-                         "it, or change the port in the model's endpoint and start command.")
+    host, port = urlsplit(target.endpoint).hostname or "", urlsplit(target.endpoint).port
+    if host in LOCAL_HOSTS and port and port_in_use(port, host):
+        raise PortInUseError(f"port {port} on {host} is already in use, where {target.name} is to answer. It is "
+                             "not a process started here, so timing it would time the wrong server: stop it, or "
+                             "pick another port (in the model's endpoint and start command).")
     offset = target.log.stat().st_size if target.log and target.log.exists() else 0
     env = dict(os.environ) | target.env
     env.pop("VLLM_API_KEY", None)
@@ -308,15 +242,14 @@ def start(target: Target, capture: Path) -> Started:
         env["VLLM_API_KEY"] = target.api_key  # the environment only: every user can read a command line
     capture.parent.mkdir(parents=True, exist_ok=True)
     launched_at = time.time()
-    t0 = time.monotonic()
     try:
         with open(capture, "ab") as out:
             process = subprocess.Popen(target.start, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                       env=env, start_new_session=True, preexec_fn=_die_with_parent)
+                                       env=env, start_new_session=True, preexec_fn=die_with_parent)
     except OSError as e:
-        raise StartError(f"{target.name}: cannot run {shlex.join(target.start)}: {e}. Check lifecycle.start "
-                         "in the model's params (the program must be on PATH or given with its full path).") from None
-    return Started(target, process, capture, launched_at, t0, offset)
+        raise ServerError(f"{target.name}: cannot run {shlex.join(target.start)}: {e}. Check lifecycle.start "
+                          "in the model's params (the program must be on PATH or given with its full path).") from None
+    return Server(target, process, capture, launched_at, offset)
 
 
 def ask(target: Target, *, deadline: float, since: float | None = None) -> tuple[float, dict]:
@@ -350,59 +283,8 @@ def ask(target: Target, *, deadline: float, since: float | None = None) -> tuple
     return time.monotonic() - t0, {"ok": False, "attempts": attempts, "error": last}
 
 
-# --------------------------------------------------------------------------------------------------
-# Process groups
-# --------------------------------------------------------------------------------------------------
-
-
-def _die_with_parent() -> None:
-    """In the child: if the kernel that started the server is killed, the server's leader dies too."""
-    if _PRCTL is not None:
-        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-try:
-    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
-except (OSError, AttributeError):
-    _PRCTL = None
-
-
 def _auth(key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((testbed.HOST, 0))
-        return sock.getsockname()[1]
-
-
-def _port_in_use(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(1.0)
-        return sock.connect_ex(("127.0.0.1" if host in ("0.0.0.0", "localhost") else host, port)) == 0
-
-
-def group_memory(pgid: int) -> int | None:
-    total, seen = 0, False
-    for pid in group_members(pgid):
-        try:
-            text = Path(f"/proc/{pid}/smaps_rollup").read_text()
-            total += next(int(line.split()[1]) * 1024 for line in text.splitlines() if line.startswith("Pss:"))
-            seen = True
-        except (OSError, StopIteration, ValueError):
-            continue
-    return total if seen else None
-
-
-def _wait_gone(pgid: int, process: subprocess.Popen, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while group_alive(pgid):
-        process.poll()  # reap the leader as soon as it exits
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def _short(argv: tuple[str, ...], limit: int = 140) -> str:

@@ -1,0 +1,105 @@
+"""What a server will be: a model's `lifecycle` with every template filled in, or a tiny test-bed model.
+
+Filled in before anything starts, so a bad template fails with the field named, and so the record
+can say exactly what ran (without the key: it reaches a server through its environment only).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from . import tiny_models
+from .processes import HOST, free_port
+from ..errors import LifecycleError
+from ..params import ModelParams
+
+
+@dataclass(frozen=True)
+class Target:
+    """One server with every template filled in: what will run, where it will answer."""
+
+    name: str
+    served_model_name: str
+    mode: str  # testbed, command or sidecar
+    endpoint: str
+    ready_url: str
+    ready_timeout_s: float
+    start: tuple[str, ...] = ()
+    stop: tuple[str, ...] = ()
+    log: Path | None = None
+    compile_cache: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)  # only what is set on top of ours, for the record
+    api_key: str | None = field(default=None, repr=False)
+
+    def describe(self) -> dict:
+        """For the record: the command lines and URLs, without the key."""
+        return {"name": self.name, "mode": self.mode, "endpoint": self.endpoint, "ready_url": self.ready_url,
+                "ready_timeout_s": self.ready_timeout_s, "start": list(self.start), "stop": list(self.stop),
+                "log": str(self.log) if self.log else None,
+                "compile_cache": str(self.compile_cache) if self.compile_cache else None,
+                "env": dict(self.env), "api_key_set": self.api_key is not None}
+
+
+def testbed_target(name: str, port: int, *, api_key: str | None = None, ready_timeout_s: float = 900,
+                   extra_args: tuple[str, ...] = (), cpus: str | None = None, compile_cache: Path | None = None,
+                   env: dict[str, str] | None = None) -> Target:
+    """A tiny test-bed model on this machine: the test bed's own command, environment and compile cache.
+
+    Each model has a compile cache of its own, so no two servers write the same files.
+    """
+    endpoint = f"http://{HOST}:{port}/v1"
+    cache = compile_cache or tiny_models.compile_cache(name)
+    return Target(name=name, served_model_name=name, mode="testbed", endpoint=endpoint, ready_url=f"{endpoint}/models",
+                  ready_timeout_s=ready_timeout_s, start=tuple(tiny_models.server_command(name, port, extra_args)),
+                  compile_cache=cache, env=_with_defaults({**(env or {}), **tiny_models.server_env(cpus)}, cache),
+                  api_key=api_key)
+
+
+def resolve(model: ModelParams) -> Target:
+    """Fill the templates now; a test-bed model gets a free port, since its usual one may be taken."""
+    lc = model.lifecycle
+    if lc.mode is None:
+        raise LifecycleError(
+            f"Model {model.name!r} has no lifecycle, so it cannot be started or swapped. Add to its params "
+            "either `lifecycle: {start: \"vllm serve ... --port {port}\"}` (a command this study runs), or "
+            "`lifecycle: {sidecar: true}` (a proxy such as llama-swap that swaps on request).")
+    compile_cache = Path(os.path.expanduser(lc.compile_cache)) if lc.compile_cache else None
+    if lc.mode == "testbed":  # not the usual port: test servers of other sessions like to sit there
+        return testbed_target(lc.testbed, free_port(), api_key=model.api_key(), ready_timeout_s=lc.ready_timeout_s,
+                              compile_cache=compile_cache, env=dict(lc.env))
+    parts = urlsplit(model.endpoint)
+    host, port = parts.hostname or HOST, parts.port or (443 if parts.scheme == "https" else 80)
+    endpoint = model.endpoint.rstrip("/")
+    values = {"python": sys.executable, "port": port, "host": host, "model": model.served_model_name,
+              "name": model.name, "endpoint": endpoint,
+              "compile_cache": str(compile_cache) if compile_cache else None}
+
+    def fill(what: str, template: str | None, split: bool) -> tuple[str, ...] | str | None:
+        if template is None:
+            return None
+        if "{compile_cache}" in template and compile_cache is None:
+            raise LifecycleError(f"lifecycle.{what} of {model.name!r} uses {{compile_cache}}, but no "
+                                 "lifecycle.compile_cache is set; name the folder")
+        if not split:
+            return os.path.expanduser(template.format(**values))
+        return tuple(word.format(**values) for word in shlex.split(template))
+
+    log = fill("log", lc.log, False)
+    return Target(name=model.name, served_model_name=model.served_model_name, mode=lc.mode, endpoint=endpoint,
+                  ready_url=fill("ready_url", lc.ready_url, False) or f"{endpoint}/models",
+                  ready_timeout_s=lc.ready_timeout_s, start=fill("start", lc.start, True) or (),
+                  stop=fill("stop", lc.stop, True) or (), log=Path(log) if log else None,
+                  compile_cache=compile_cache, env=_with_defaults(dict(lc.env), compile_cache), api_key=model.api_key())
+
+
+def _with_defaults(env: dict[str, str], compile_cache: Path | None) -> dict[str, str]:
+    """The compile cache where vLLM looks for it, and no colour: the log goes to a file (a kernel may force colour)."""
+    if compile_cache is not None:
+        env.setdefault("VLLM_CACHE_ROOT", str(compile_cache))
+    env.setdefault("VLLM_LOGGING_COLOR", "0")
+    return env
