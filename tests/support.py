@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import nbformat
+import yaml
 
 from sparknb.params import project_root
 
@@ -84,3 +85,14 @@ class FakeHandler(BaseHTTPRequestHandler):
     def event(self, obj: dict) -> None:
         self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
         self.wfile.flush()
+
+
+def model_yaml(tmp_path: Path, name: str, block: dict, port: int = 18931, **extra) -> Path:
+    """A model's params with the given lifecycle block (and any other fields), as a user would write them."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": name, "served_model_name": name, "endpoint": f"http://127.0.0.1:{port}/v1",
+        "hardware": "cpu-host", "architecture": "dense",
+        "weights": {"dense_params": 1.0e6, "bytes_per_param": 2, "source": "test"},
+        "lifecycle": block, **extra}))
+    return path

@@ -14,26 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+from support import free_port, model_yaml
 
 from sparknb.errors import LifecycleError, ParamsError, PortInUseError, ServerError
 from sparknb.params import load_model
 from sparknb.serving import lifecycle, targets
 from sparknb.serving.processes import group_alive, group_members
-from support import free_port
 
 KEY = "sk-sparknb-lifecycle-test-9b1f4e7a"  # guards nothing: only checked for where it ends up
-
-
-def model_yaml(tmp_path: Path, name: str, block: dict, port: int = 18931, **extra) -> Path:
-    """A model's params with the given lifecycle block (and any other fields), as a user would write them."""
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": name, "served_model_name": name, "endpoint": f"http://127.0.0.1:{port}/v1",
-        "hardware": "cpu-host", "architecture": "dense",
-        "weights": {"dense_params": 1.0e6, "bytes_per_param": 2, "source": "test"},
-        "lifecycle": block, **extra}))
-    return path
 
 
 def launch(tmp_path: Path, name: str, block: dict, port: int = 18931, **extra) -> lifecycle.Server:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from support import free_port, model_yaml
 
 from sparknb.errors import EndpointError, ParamsError
 from sparknb.studies import swap
-from support import free_port
-from test_lifecycle import model_yaml
 
 SERVES = {"start": "{python} -m http.server {port}"}
 
