@@ -1,0 +1,189 @@
+"""The MMLU-Pro study's parameters, the earlier runs they name, and the work decided before any request.
+
+The parameters are checked together and every problem named at once; `resume_from` and
+`compare_with` are read once, from their seals, when the plan is built; the questions are drawn and
+matched against those runs, and every prompt is measured by the server's tokenizer, before the run
+lock is taken or a folder made.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field, PrivateAttr
+
+from ... import params
+from ...client import Endpoint, ServerInfo
+from ...errors import DataError, ParamsError
+from ...run import PastRun, read_past
+from .data import Dataset, Question, draw, load, load_suite
+from .grading import answered
+from .prompt import messages, prompt
+
+NOTEBOOK = "mmlu_pro"
+# Settings that must match for answers of two runs to be mixed in one (resume_from).
+SAME_FOR_RESUME = ("dataset_name", "shots", "max_tokens", "temperature", "stop", "model")
+
+
+class Plan(params.Plan):
+    study: ClassVar[str] = NOTEBOOK
+    dataset: str = Field("hub", description='"hub", or a folder holding the two parquet files of TIGER-Lab/MMLU-Pro')
+    per_category: int = Field(20, ge=0, description="questions drawn per category, 0 or more; 0 asks the whole "
+                              "test split")
+    seed: int = Field(0, description="seed of the draw, a whole number")
+    shots: int = Field(5, ge=0, le=5, description="worked examples per prompt, 0 to 5: the validation split "
+                       "has 5 per category")
+    suite: str = Field("", description="a JSONL file of your own questions, or empty for MMLU-Pro")
+    max_tokens: int = Field(8192, ge=1, description="the longest answer in tokens, reasoning included, 1 or more")
+    temperature: float = Field(0.0, ge=0, le=2, description="between 0 and 2; 0 is greedy")
+    stop: list[Annotated[str, Field(min_length=1)]] = Field(
+        [], description="a list of non-empty stop strings, e.g. ['Question:']; none by default")
+    concurrency: int = Field(8, ge=1, description="requests in flight at once, 1 or more")
+    trap_share: float = Field(0.05, ge=0, lt=1, description="a fraction between 0 and 1, e.g. 0.05")
+    resume_from: str = Field("", description="an earlier mmlu_pro run folder or run id")
+    compare_with: str = Field("", description="another mmlu_pro run folder or run id on the same questions")
+    target_half_width: float = Field(0.02, gt=0, lt=1, description="a fraction, e.g. 0.02 for 2 points")
+    _resumed: PastRun | None = PrivateAttr(None)
+    _other: PastRun | None = PrivateAttr(None)
+
+    @classmethod
+    def build(cls, *, outputs: str = "", **values: Any) -> Plan:
+        """Check the parameters, then read resume_from and compare_with from their seals, once, both at once."""
+        plan = super().build(**values)
+        found, problems = {}, []
+        for what in ("resume_from", "compare_with"):
+            try:
+                found[what] = read_past(getattr(plan, what), NOTEBOOK, what=what, outputs=outputs)
+            except DataError as e:
+                problems.append(str(e))
+        if problems:
+            raise DataError("\n".join(problems))
+        plan._resumed = next(iter(found["resume_from"]), None)
+        plan._other = next(iter(found["compare_with"]), None)
+        return plan
+
+    @property
+    def resumed(self) -> PastRun | None:
+        """The run named by resume_from, as read and verified when the plan was built."""
+        return self._resumed
+
+    @property
+    def other(self) -> PastRun | None:
+        """The run named by compare_with, as read and verified when the plan was built."""
+        return self._other
+
+
+@dataclass
+class Work:
+    """Everything decided before the first request: the questions, their prompts, reused answers."""
+
+    plan: Plan
+    model: str
+    dataset: Dataset
+    questions: list[Question]
+    prompts: dict[str, str]
+    reused: list[dict] = field(default_factory=list)
+    longest: tuple[str, int] | None = None  # (question, tokens) of the longest prompt to ask, once measured
+
+    @property
+    def resumed(self) -> PastRun | None:
+        return self.plan.resumed
+
+    @property
+    def other(self) -> PastRun | None:
+        return self.plan.other
+
+    @property
+    def ids(self) -> list[str]:
+        return [q.id for q in self.questions]
+
+    @property
+    def is_suite(self) -> bool:
+        return bool(self.plan.suite)
+
+    def todo(self) -> list[Question]:
+        """The questions still to ask: those without a reused answer, in draw order."""
+        reused = {str(r["question_id"]) for r in self.reused}
+        return [q for q in self.questions if q.id not in reused]
+
+    def settings(self) -> dict:
+        """What params.json records: the parameters, the data's identity, and the questions drawn."""
+        return self.plan.settings() | {
+            "model": self.model, "dataset_name": self.dataset.name, "dataset_source": self.dataset.source,
+            "dataset_sha256": self.dataset.sha256, "dataset_notes": list(self.dataset.notes),
+            "shots": 0 if self.is_suite else self.plan.shots, "questions": self.ids}
+
+    def check_server(self, server: ServerInfo, endpoint: Endpoint) -> None:
+        """Before the lock is taken: every prompt to be asked, measured by the server's own tokenizer with
+        the chat template, plus max_tokens must fit the context, or the server would refuse it halfway."""
+        limit = server.max_model_len
+        if limit is not None and self.plan.max_tokens >= limit:
+            raise ParamsError(f"max_tokens={self.plan.max_tokens} leaves no room for a prompt in {server.model}'s "
+                              f"max_model_len of {limit}. Lower max_tokens.")
+        todo = self.todo()
+        if not todo:
+            return
+        counts = prompt_tokens(endpoint, self, todo)
+        qid, longest = max(counts.items(), key=lambda kv: kv[1])
+        if limit is not None and longest + self.plan.max_tokens > limit:
+            over = sum(n + self.plan.max_tokens > limit for n in counts.values())
+            raise ParamsError(f"The longest prompt (question {qid}) is {longest} tokens by the server's own "
+                              f"tokenizer, chat template included; with max_tokens={self.plan.max_tokens} it exceeds "
+                              f"{server.model}'s max_model_len of {limit}, and so do {over} of the {len(counts)} "
+                              f"prompts. Lower max_tokens to {limit - longest} or less, or use fewer shots.")
+        self.longest = (qid, longest)
+
+
+def prompt_tokens(endpoint: Endpoint, work: Work, questions: list[Question]) -> dict[str, int]:
+    """Each question's prompt in tokens, as the server will see it (chat template included)."""
+    with ThreadPoolExecutor(max_workers=work.plan.concurrency, thread_name_prefix="mmlu-pro-tokenize") as pool:
+        counts = pool.map(lambda q: len(endpoint.tokenize_chat(messages(work.prompts[q.id]))), questions)
+        return dict(zip((q.id for q in questions), counts))
+
+
+def prepare(plan: Plan, model: str, dataset: Dataset | None = None) -> Work:
+    """Load and draw the questions and match them against the earlier runs: every refusal comes before a request.
+
+    `dataset`, when given, is drawn from instead of loading the one the plan names.
+    """
+    if dataset is None:
+        dataset = load_suite(plan.suite) if plan.suite else load(plan.dataset)
+    if plan.suite:
+        questions = list(dataset.test)
+        prompts = {q.id: prompt(q) for q in questions}
+    else:
+        questions = draw(dataset, plan.per_category, plan.seed)
+        prompts = {q.id: prompt(q, dataset.examples(q.category, plan.shots)) for q in questions}
+    work = Work(plan, model, dataset, questions, prompts)
+    if plan.resumed is not None:
+        work.reused = _reusable(plan.resumed, work)
+    if plan.other is not None:
+        _check_comparable(plan.other, work)
+    return work
+
+
+def _reusable(past: PastRun, work: Work) -> list[dict]:
+    mine = work.settings()
+    differ = [k for k in SAME_FOR_RESUME if past.settings.get(k) != mine.get(k)]
+    if differ:
+        raise DataError(f"resume_from {past.id} was run with different {', '.join(differ)} ("
+                        + "; ".join(f"{k}: {past.settings.get(k)!r} there, {mine.get(k)!r} here" for k in differ)
+                        + "). Its answers cannot be mixed into this run: run these settings afresh.")
+    done = answered(past.records)
+    return [done[q.id] for q in work.questions if q.id in done]
+
+
+def _check_comparable(other: PastRun, work: Work) -> None:
+    theirs, ours = set(map(str, other.settings.get("questions", []))), set(work.ids)
+    if theirs != ours:
+        raise DataError(f"compare_with {other.id} asked other questions: {len(theirs - ours)} of its "
+                        f"{len(theirs)} are not in this draw and {len(ours - theirs)} of these {len(ours)} are "
+                        f"not in it. It was drawn with per_category={other.settings.get('per_category')}, "
+                        f"seed={other.settings.get('seed')}, suite={other.settings.get('suite')!r}; draw the same "
+                        "way to compare.")
+    missing = ours - set(answered(other.records))
+    if missing:
+        raise DataError(f"compare_with {other.id} has no finished answer to {len(missing)} of the {len(ours)} "
+                        f"questions. Finish it first: run it again with resume_from={other.id!r}.")

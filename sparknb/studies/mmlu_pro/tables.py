@@ -1,0 +1,39 @@
+"""The tables a reader scans: accuracy per category, and the batch figures of this run beside the compared one."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ... import stats
+from ...run import PastRun
+from .measure import Batch
+
+
+def table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per category: questions, right, accuracy with its Wilson interval, unparsed and suspect answers."""
+    rows = []
+    for cat, g in df.groupby("category"):
+        ci = stats.accuracy(int(g["correct"].sum()), len(g))
+        rows.append({"category": cat, "n": len(g), "right": int(g["correct"].sum()),
+                     "accuracy %": 100 * ci.estimate, "95% low": 100 * ci.low, "95% high": 100 * ci.high,
+                     "unparsed": int(g["pred"].isna().sum()), "suspect": int(g["flag"].notna().sum())})
+    return pd.DataFrame(rows).set_index("category") if rows else pd.DataFrame()
+
+
+def batch_table(batch: Batch, other: PastRun | None = None, label: str = "this run") -> pd.DataFrame:
+    """One column per run, so counts stay whole numbers beside the rates."""
+    runs = {label: _batch_row(batch.as_dict())}
+    if other is not None and other.summary and other.summary.get("batch"):
+        runs[f"{other.label} ({other.id})"] = _batch_row(other.summary["batch"])
+    return pd.DataFrame(runs, dtype=object)
+
+
+def _batch_row(b: dict) -> dict:
+    share = b.get("client_cpu_share")
+    outside = b.get("outside_server_share")
+    return {"asked": b["asked"], "reused": b["reused"], "concurrency": b["concurrency"],
+            "wall time min": b["wall_s"] / 60, "generated tokens": b["completion_tokens"],
+            "batch tok/s": b.get("tokens_per_s"),
+            "longest prompt tokens": b.get("longest_prompt_tokens"),
+            "client CPU % of wall": None if share is None else 100 * share,
+            "request time outside vLLM %": None if outside is None else 100 * outside}
