@@ -94,3 +94,30 @@ def test_the_batch_ratio_is_computed_from_the_runs_beside_the_single_stream_one(
     ])
     text = compare.story(h)
     assert "b ran at 0.83x a's throughput, where single-stream decode gave 0.34x" in text
+
+
+def prefill_run(tmp_path, model: str, overhead: float, per_token: float, seed=0) -> Run:
+    rng = random.Random(seed)
+    run = Run.create("prefill", {"notebook": "prefill", "model": {"name": model}, "settings": {}}, outputs=tmp_path,
+                     label=model)
+    run.write_json("fingerprint.json", fingerprint())
+    for n in (111, 10714):
+        for rep in range(5):
+            run.record({"prompt_length": n, "rep": rep, "warmup": False, "ttft_s": (overhead + per_token * n)
+                        * (1 + rng.uniform(-0.02, 0.02)), "interference": None, "server": {}})
+    run.seal()
+    return run
+
+
+def test_the_short_prompt_trap_is_spelled_out_from_the_prefill_runs(tmp_path):
+    # The reference study's shape: alike at 111 tokens (overhead), 2.2x apart at 10,714.
+    moe = prefill_run(tmp_path, "moe-35b", 0.25, 0.000267, seed=1)
+    dense = prefill_run(tmp_path, "dense-27b", 0.28, 0.000600, seed=2)
+    plan = compare.Plan.build(runs=[moe.id, dense.id], outputs=str(tmp_path))
+    h = compare.headline(plan.by_study(), plan.models())
+    short, long_ = [r for r in h.rows if r.study == "prefill"]
+    assert short.ratios["dense-27b"].estimate == pytest.approx((0.28 + 0.0666) / (0.25 + 0.0296), rel=0.05)
+    assert long_.ratios["dense-27b"].estimate == pytest.approx(6.71 / 3.11, rel=0.05)
+    text = compare.story(h)
+    assert "a single short-prompt test (111 tokens) would report dense-27b at 1.2" in text
+    assert "moe-35b is ahead on TTFT ms at 111 tokens" in text and "TTFT ms at 10,714 tokens (2.1" in text

@@ -17,8 +17,7 @@ from ..client import Endpoint, ServerInfo
 from ..errors import ParamsError
 from ..prompts import PromptMaker
 from ..report import Finding, info, warning
-from ..stats import drift
-from ..study import Study, schedule
+from ..study import Study, drifts, schedule
 
 
 class Plan(params.Plan):
@@ -185,22 +184,6 @@ def share(study: Study, df: pd.DataFrame, plan: Plan) -> str:
     study.run.write_text("benchy.md", benchy.markdown(rows) + "\n")
     study.run.write_text("benchy.json", benchy.to_json(rows) + "\n")
     return benchy.markdown(rows)
-
-
-def drifts(df: pd.DataFrame, column: str, what: str) -> list[Finding]:
-    """A box that warms up or slows down during the sweep: first against last request at each length."""
-    clean = df[df["interference"].isna() & df["seq"].notna()].sort_values("seq")
-    moved = []
-    for length, g in clean.groupby("prompt_length"):
-        d = drift(g[column].dropna().tolist())
-        if d is not None and d.beyond_spread:
-            moved.append(f"{length:,} tokens: {d.first:.1f} first, {d.last:.1f} last ({100 * d.change:+.0f}%, "
-                         f"the {d.n - 2} between spread over {d.spread:.1f})")
-    if not moved:
-        return []
-    return [warning(f"The machine drifted during the sweep: the first and last {what} at the same length differ "
-                    f"beyond the spread of the requests between them ({'; '.join(moved)}). Medians hide this; "
-                    "measure again on a quiet, warmed-up box.")]
 
 
 def plot(table: pd.DataFrame, study: Study):

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ... import stats
 from ...run import PastRun
-from .. import decode, mtp
+from .. import decode, mtp, prefill, swap
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,21 @@ def decode_rows(runs: dict[str, PastRun], models: list[str], base: str) -> list[
     return rows
 
 
+def prefill_rows(runs: dict[str, PastRun], models: list[str], base: str) -> list[Row]:
+    """Time to first token per prompt length; the first and last rows show the short-prompt trap."""
+    frames = {m: prefill.frame(runs[m].records) for m in models if m in runs}
+    frames = {m: f[f["interference"].isna()] for m, f in frames.items() if len(f)}
+    lengths = sorted(set.intersection(*(set(f["prompt_length"]) for f in frames.values()))) if frames else []
+    rows = []
+    for n in lengths:
+        samples = {m: (1000 * f[f["prompt_length"] == n]["ttft_s"].dropna()).tolist() for m, f in frames.items()}
+        rows.append(Row("prefill", f"TTFT ms at {n:,} tokens", {m: _median(s) for m, s in samples.items()},
+                        _ratios(samples, base), better="lower"))
+    if len(rows) > 1:
+        rows[0] = Row(**{**rows[0].__dict__, "note": "a single short-prompt test measures mostly fixed overhead"})
+    return rows
+
+
 def mtp_rows(runs: dict[str, PastRun], models: list[str], base: str) -> list[Row]:
     """Tokens per step and tok/s by kind of prompt: speculative decoding's gain depends on the text."""
     frames = {m: mtp.frame(runs[m].records) for m in models if m in runs}
@@ -96,6 +111,25 @@ def mtp_rows(runs: dict[str, PastRun], models: list[str], base: str) -> list[Row
         speed = {m: f[f["kind"] == kind]["tok_s"].dropna().tolist() for m, f in frames.items()}
         rows.append(Row("speculative decoding", f"tok/s, {kind}", {m: _median(s) for m, s in speed.items()},
                         _ratios(speed, base)))
+    return rows
+
+
+def swap_rows(runs: dict[str, PastRun], models: list[str], base: str) -> list[Row]:
+    """What a client waits for each model to be served after a swap, compile cache cold and warm."""
+    frames = [swap.frame(r.records) for r in runs.values()]
+    waits = pd.concat([f for f in frames if len(f)]) if any(len(f) for f in frames) else pd.DataFrame()
+    if waits.empty:
+        return []
+    waits = waits[waits["status"] == "ok"]
+    rows = []
+    for cache in ("cold", "warm"):
+        chosen = waits[waits["compile cache"].astype(str).str.startswith(cache)]
+        samples = {m: chosen[chosen["to"] == m]["client wait s"].dropna().tolist() for m in models}
+        if not any(samples.values()):
+            continue
+        rows.append(Row("swap", f"client wait s, compile cache {cache}", {m: _median(s) for m, s in samples.items()},
+                        _ratios(samples, base), note="single measurements unless the swap run repeated them",
+                        better="lower"))
     return rows
 
 
@@ -132,6 +166,8 @@ def batch_rows(by_study: dict[str, dict[str, PastRun]], models: list[str], base:
 
 STUDIES: dict[str, Callable[[dict[str, PastRun], list[str], str], list[Row]]] = {
     "decode": decode_rows,
+    "prefill": prefill_rows,
+    "swap": swap_rows,
     "mtp": mtp_rows,
 }
 

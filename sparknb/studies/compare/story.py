@@ -42,11 +42,29 @@ def story(h: Headline) -> str:
                 said.append(f"the data cannot tell them apart on {'; '.join(outcome['cannot tell'])}")
             parts.append(f"{study.capitalize()}, {model} against {h.base} (ratios are {model} over {h.base}, "
                          f"95% intervals): " + "; ".join(said) + ".")
+    parts += _short_prompt_trap(h)
     parts += _batch(h)
     wins = _tally(h)
     if wins:
         parts.append("In short: " + "; ".join(f"{m} wins {', '.join(sorted(s))}" for m, s in wins.items() if s) + ".")
     return " ".join(parts)
+
+
+def _short_prompt_trap(h: Headline) -> list[str]:
+    """What a single short-prompt test would have concluded, against the longest prompt measured."""
+    rows = [r for r in h.rows if r.study == "prefill" and r.ratios]
+    if len(rows) < 2:
+        return []
+    out = []
+    for model in h.models[1:]:
+        short, long_ = rows[0].ratios.get(model), rows[-1].ratios.get(model)
+        if short is None or long_ is None:
+            continue
+        out.append(f"Prefill: a single short-prompt test ({rows[0].measure.split(' at ')[1]}) would report {model} at "
+                   f"{short.times()} of {h.base}'s time to first token; at {rows[-1].measure.split(' at ')[1]} it is "
+                   f"{long_.times()}. Short prompts measure mostly the fixed cost of a request, which no model "
+                   "changes; only long ones show what prefill costs.")
+    return out
 
 
 def _batch(h: Headline) -> list[str]:

@@ -14,6 +14,7 @@ from dataclasses import asdict
 import pandas as pd
 
 from ...report import Finding, as_records, duration, info, warning
+from ...study import drifts
 from .compare import Comparison
 from .fit import Fit
 from .measure import UNCHECKED, CacheCount
@@ -35,6 +36,7 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, fit_: Fit | None, plan: Plan
         notes.append(info(note))
     notes.append(cache.finding())
     notes += _about_requests(df, plan)
+    notes += drifts(df, "ttft_s", "TTFT", duration)
     if table.empty:
         return notes + [warning("No clean measurement was taken.")]
     notes += _about_spread(df) + _about_server(table) + _about_load(df)

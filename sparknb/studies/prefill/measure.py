@@ -18,7 +18,7 @@ from ... import metrics
 from ...errors import CacheHitError
 from ...prompts import PromptMaker
 from ...report import Finding, duration, info, warning
-from ...study import Study
+from ...study import Study, schedule
 from .plan import Plan
 from .tables import frame
 
@@ -60,7 +60,7 @@ def repeating(make: Callable[[int], list[int]]) -> Callable[[int], list[int]]:
 
 def sweep(study: Study, plan: Plan, lengths: Sequence[int],
           prompts: Callable[[int], list[int]] | None = None) -> tuple[pd.DataFrame, CacheCount]:
-    """All requests, shortest prompts first, one at a time; stops at the first cache hit not allowed.
+    """All requests, in the plan's order, one at a time; stops at the first cache hit not allowed.
 
     `prompts` makes the prompt of a given length: fresh ones by default, the same one per length
     where cache hits are allowed on purpose. A failure halfway (a cache hit included) seals the run
@@ -68,31 +68,28 @@ def sweep(study: Study, plan: Plan, lengths: Sequence[int],
     """
     maker = PromptMaker(study.endpoint.tokenize)
     prompts = prompts or (repeating(maker.make) if plan.allow_cache_hits else maker.make)
-    total = len(lengths) * (plan.warmup + plan.repetitions)
+    order = schedule(lengths, plan.warmup, plan.repetitions, plan.order, plan.seed)
     with study.measuring():
         before = study.endpoint.metrics()
-        k = 0
-        for length in lengths:
-            for rep in range(-plan.warmup, plan.repetitions):
-                k += 1
-                prompt = prompts(length)
-                # ignore_eos: the answer is exactly output_tokens long, whatever the random text says.
-                rec = study.request(
-                    {"prompt_length": length, "rep": rep, "warmup": rep < 0,
-                     "cache_hits_allowed": plan.allow_cache_hits, "load_1m": _load()},
-                    lambda ep, prompt=prompt: ep.complete(prompt, max_tokens=plan.output_tokens, temperature=0.0,
-                                                          ignore_eos=True),
-                )
-                print(f"[{k}/{total}] {length} tokens, {'warmup' if rep < 0 else f'rep {rep + 1}'}: "
-                      + _line(rec), flush=True)
-                if not plan.allow_cache_hits:
-                    check_no_cache_hits([rec])
+        for k, (length, rep) in enumerate(order, 1):
+            prompt = prompts(length)
+            # ignore_eos: the answer is exactly output_tokens long, whatever the random text says.
+            rec = study.request(
+                {"prompt_length": length, "rep": rep, "warmup": rep < 0, "seq": k,
+                 "cache_hits_allowed": plan.allow_cache_hits, "load_1m": _load()},
+                lambda ep, prompt=prompt: ep.complete(prompt, max_tokens=plan.output_tokens, temperature=0.0,
+                                                      ignore_eos=True),
+            )
+            print(f"[{k}/{len(order)}] {length} tokens, {'warmup' if rep < 0 else f'rep {rep + 1}'}: "
+                  + _line(rec), flush=True)
+            if not plan.allow_cache_hits:
+                check_no_cache_hits([rec])
         d = metrics.delta(before, study.endpoint.metrics())
         cache = CacheCount(queries=d[metrics.PREFIX_QUERIES], hits=d[metrics.PREFIX_HITS], restarted=bool(d.reset))
         records = study.records()
         if not plan.allow_cache_hits:
             check_no_cache_hits(records, cache)
-    print(f"{k} requests done. {cache.finding()}", flush=True)
+    print(f"{len(order)} requests done. {cache.finding()}", flush=True)
     return frame(records), cache
 
 

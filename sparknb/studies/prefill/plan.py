@@ -6,7 +6,7 @@ length) is checked against it before the run lock is taken or a folder is made.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
@@ -30,6 +30,8 @@ class Plan(params.Plan):
     warmup: int = Field(1, ge=0, description="requests per length left out of the figures, 0 or more")
     repetitions: int = Field(5, ge=1, description="measured requests per prompt length, 1 or more")
     allow_cache_hits: bool = Field(False, description="true or false")
+    order: Literal["shuffled", "grouped"] = Field("shuffled", description="shuffled (seeded) or grouped by length")
+    seed: int = 0
     compare_with: list[str] = Field(
         [], description="run folders or run ids of earlier prefill runs")
     _past: list[PastRun] = PrivateAttr(default_factory=list)

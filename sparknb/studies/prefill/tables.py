@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-COLUMNS = ["prompt_length", "rep", "prompt_tokens", "completion_tokens", "ttft_s", "server_ttft_s",
+COLUMNS = ["seq", "prompt_length", "rep", "prompt_tokens", "completion_tokens", "ttft_s", "server_ttft_s",
            "server_prefill_s", "server_queue_s", "cache_queries", "cache_hits", "cache_hits_allowed",
            "load_1m", "interference"]
 
@@ -23,6 +23,7 @@ def frame(records: Sequence[dict]) -> pd.DataFrame:
             continue
         server = r.get("server") or {}
         rows.append({
+            "seq": r.get("seq"),
             "prompt_length": r["prompt_length"],
             "rep": r.get("rep"),
             "prompt_tokens": r.get("prompt_tokens"),
