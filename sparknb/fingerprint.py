@@ -44,7 +44,7 @@ def take(*, server: dict, params: dict, project_dir: Path, packages: Iterable[st
         "project": _project(Path(project_dir)),
         "gpu": nvml(),
         "server": _server(server),
-        "bandwidth_probe": probe,
+        **({"bandwidth_probe": probe} if probe is not None else {}),
         "params": params,
     }
     # default=str: a Path or a pydantic value in params must not make the record unwritable.
@@ -296,7 +296,7 @@ def table(fp: dict):
         rows["not available from this server"] = "; ".join(f"{door}: {what}" for door, what in missing.items())
     probe = fp.get("bandwidth_probe")
     if probe:
-        rows["bandwidth probe"] = f"{probe['level'].upper()}: {probe['text']}" if probe["level"] != "info" else probe["text"]
+        rows["bandwidth probe"] = probe["line"]
     return pd.DataFrame({"value": [str(v) for v in rows.values()]}, index=list(rows))
 
 

@@ -4,6 +4,9 @@ A benchmark that shares the GPU or the server with someone else measures the sha
 and nothing in the numbers shows it afterwards. So before a run we look for other GPU processes,
 requests already on the server and another sparknb run; any of them stops the run unless forced,
 and a forced run says so in its record.
+
+The server's own GPU processes are not someone else: the process listening on the endpoint's port
+and every process below it (vLLM's engine, a worker) are the server's.
 """
 
 from __future__ import annotations
@@ -18,12 +21,22 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from . import fingerprint
 from .errors import GuardError
 
 OVERRIDE_HINT = "pass force=True (papermill: -p force True) to measure anyway; the override is recorded"
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1", "::")
+LISTEN = "0A"  # the state of a listening socket in /proc/net/tcp
+
+
+class Server(Protocol):
+    """What the guard needs of an endpoint (client.Endpoint): where it listens, which side doors it lacks."""
+
+    url: str
+    not_available: dict[str, str]
 
 
 @dataclass
@@ -38,16 +51,26 @@ class GuardReport:
 
 
 def check(*, server_load: dict[str, float | None] | None, gpu: dict | None = None, server_process: str = "vllm",
-          allow_pids: Iterable[int] = (), force: bool = False) -> GuardReport:
+          allow_pids: Iterable[int] = (), force: bool = False, endpoint: Server | None = None) -> GuardReport:
     """Findings from the server's queue and the GPU's process list; raises GuardError unless forced.
 
     `server_load` None means there is no server to ask yet (a study that starts its own); a gauge
-    that is None could not be read, which is a finding, never a zero.
+    that is None could not be read, which is a finding, never a zero, unless the server has no
+    /metrics at all (not vLLM): then it is noted as not available from this server. `allow_pids`
+    are processes known to be the server's (those a lifecycle started); with `endpoint`, so are
+    the processes that listen on its port and their children.
     """
     gpu = fingerprint.nvml() if gpu is None else gpu
+    notes: list[str] = []
+    if endpoint is not None and "/metrics" in endpoint.not_available:
+        notes.append("whether the server is busy is not available from this server (it has no /metrics): "
+                     "requests in flight could not be checked")
+        server_load = {}
     findings = _load_findings(server_load or {})
-    gpu_summary, gpu_findings, notes = _gpu_findings(gpu, server_process, set(allow_pids))
+    servers = set(allow_pids) | (server_processes(endpoint.url) if endpoint is not None else set())
+    gpu_summary, gpu_findings, gpu_notes = _gpu_findings(gpu, server_process, servers)
     findings += gpu_findings
+    notes += gpu_notes
     if findings and not force:
         raise GuardError("Refusing to measure, the machine is not quiet:\n"
                          + "".join(f"  - {f}\n" for f in findings) + OVERRIDE_HINT[0].upper() + OVERRIDE_HINT[1:] + ".")
@@ -82,9 +105,11 @@ def _gpu_findings(gpu: dict, server_process: str, allow_pids: set[int]) -> tuple
     findings, unreadable = [], []
     for process in processes:
         pid = process["pid"]
-        if pid in allow_pids:
-            continue
         cmdline = _cmdline(pid)
+        if pid in allow_pids:
+            notes.append(f"GPU process {pid} ({_truncate(cmdline or 'command line not readable')}) using "
+                         f"{_memory(process)}: the server's")
+            continue
         if cmdline is None:
             unreadable.append(process)
         elif server_process.lower() not in cmdline.lower():  # vLLM's engine retitles itself VLLM::EngineCore
@@ -95,6 +120,64 @@ def _gpu_findings(gpu: dict, server_process: str, allow_pids: set[int]) -> tuple
     else:
         findings += [f"GPU process {p['pid']} (command line not readable) using {_memory(p)}" for p in unreadable]
     return summary, findings, notes
+
+
+def server_processes(url: str) -> set[int]:
+    """The processes listening on a local endpoint's port, and all their descendants; empty for a remote one."""
+    parts = urlsplit(url)
+    if parts.hostname not in LOCAL_HOSTS and parts.hostname != os.uname().nodename:
+        return set()
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    listeners = _socket_owners(_listening_inodes(port))
+    children: dict[int, list[int]] = {}
+    for pid, parent in _parents().items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = set(), list(listeners)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo += children.get(pid, [])
+    return found
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def _socket_owners(inodes: set[str]) -> set[int]:
+    """Processes holding one of these sockets; only our own are readable unless we are root."""
+    wanted, owners = {f"socket:[{i}]" for i in inodes}, set()
+    for pid in _pids() if wanted else []:
+        with contextlib.suppress(OSError):
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in wanted for fd in os.listdir(f"/proc/{pid}/fd")):
+                owners.add(pid)
+    return owners
+
+
+def _parents() -> dict[int, int]:
+    parents = {}
+    for pid in _pids():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            parents[pid] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
 
 
 def _cmdline(pid: int) -> str | None:

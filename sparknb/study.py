@@ -21,7 +21,9 @@ from .client import Completion, Endpoint, ServerInfo
 from .errors import ParamsError
 from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
 from .redaction import redact
+from .report import Finding, warning
 from .run import FAILURE, Run, read_records
+from .stats import drift
 
 ENV_PREFIX = "env:"  # an endpoint given as env:NAME is read from that variable, so no password is a parameter
 
@@ -93,7 +95,16 @@ class Study:
         self._close()
 
     def finish(self, summary: dict) -> None:
-        """Write the summary, let go of the lock and, unless an outer runner will, seal the run."""
+        """Write the summary, let go of the lock and, unless an outer runner will, seal the run.
+
+        The GPU telemetry over the run goes into the summary, and its findings (clocks that dropped,
+        throttling) are printed under the study's own, so every report says whether the box held steady.
+        """
+        if self.sampler is not None:
+            self.sampler.stop()
+            watched = self.sampler.summary()
+            summary = summary | {"telemetry": watched.as_dict()}
+            print("\n".join(map(str, watched.findings())), flush=True)
         self.run.write_json("summary.json", summary)
         self._close()
         print(f"run folder: {self.run.path}")
@@ -126,6 +137,22 @@ def schedule(lengths: Sequence[int], warmup: int, repetitions: int, order: str =
     measured = [(n, rep) for n in lengths for rep in range(repetitions)]
     random.Random(seed).shuffle(measured)
     return [(n, rep) for n in lengths for rep in range(-warmup, 0)] + measured
+
+
+def drifts(df: pd.DataFrame, column: str, what: str, fmt: Callable[[float], str] = "{:.1f}".format) -> list[Finding]:
+    """A box that warms up or slows down during the sweep: first against last request at each length."""
+    clean = df[df["interference"].isna() & df["seq"].notna()].sort_values("seq")
+    moved = []
+    for length, g in clean.groupby("prompt_length"):
+        d = drift(g[column].dropna().tolist())
+        if d is not None and d.beyond_spread:
+            moved.append(f"{length:,} tokens: {fmt(d.first)} first, {fmt(d.last)} last ({100 * d.change:+.0f}%, "
+                         f"the {d.n - 2} between spread over {fmt(d.spread)})")
+    if not moved:
+        return []
+    return [warning(f"The machine drifted during the sweep: the first and last {what} at the same length differ "
+                    f"beyond the spread of the requests between them ({'; '.join(moved)}). Medians hide this; "
+                    "measure again on a quiet, warmed-up box.")]
 
 
 def resolve_endpoint(value: str) -> str:

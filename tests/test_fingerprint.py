@@ -156,3 +156,18 @@ def test_take_redacts_everything_it_returns(monkeypatch: pytest.MonkeyPatch, tmp
     for leaked in ("cli-key-555", "pw9999", "tok-123", "sk-given-1", "from-the-env-777"):
         assert leaked not in text
     assert fp["params"]["api_key_env"] == "SPARKNB_TEST_SECRET"
+
+
+def test_fingerprint_differences_name_hardware_driver_and_server_version():
+    fp = {"host": {"hostname": "spark", "cpu_model": "Grace", "cpu_count": 20, "memory_total_bytes": 1},
+          "gpu": {"devices": [{"name": "GB10", "memory_total_bytes": None}], "driver_version": "580",
+                  "cuda_driver_version": 13000}, "server": {"version": "0.32.0"}}
+    assert fingerprint.differences(fp, json.loads(json.dumps(fp))) == {}
+    other = json.loads(json.dumps(fp))
+    other["gpu"]["driver_version"] = "575"
+    other["server"]["version"] = "0.31.0"
+    other["gpu"]["devices"][0]["name"] = "H200"
+    found = fingerprint.differences(fp, other)
+    assert set(found) == {"hardware", "driver", "server version"}
+    assert "'GB10" in found["hardware"][-1] and "H200" in found["hardware"][-1]
+    assert found["driver"] == ["driver '580' vs '575'"] and found["server version"] == ["server '0.32.0' vs '0.31.0'"]
