@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-
-
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ParamsError, SparknbError
@@ -251,24 +249,25 @@ def _locate(name_or_path: str, folder: str) -> tuple[Path, list[str]]:
     return base / f"{name_or_path}.yaml", sorted(p.stem for p in base.glob("*.yaml"))
 
 
+def _load(name_or_path: str, folder: str, kind: type[Strict], what: str):
+    path, known = _locate(name_or_path, folder)
+    return _read(path, kind, what, known)
+
+
 def load_model(name_or_path: str) -> ModelParams:
     """A model by name (params/models/NAME.yaml) or by path to a YAML file."""
-    path, known = _locate(name_or_path, "models")
-    return _read(path, ModelParams, "model", known)  # type: ignore[return-value]
+    return _load(name_or_path, "models", ModelParams, "model")
 
 
 def load_hardware(name_or_path: str) -> HardwareParams:
-    path, known = _locate(name_or_path, "hardware")
-    return _read(path, HardwareParams, "hardware", known)  # type: ignore[return-value]
+    return _load(name_or_path, "hardware", HardwareParams, "hardware")
 
 
 def load_prompts(name_or_path: str) -> PromptSet:
     """A prompt set by name (params/prompts/NAME.yaml) or by path to a YAML file."""
-    path, known = _locate(name_or_path, "prompts")
-    return _read(path, PromptSet, "prompt set", known)  # type: ignore[return-value]
+    return _load(name_or_path, "prompts", PromptSet, "prompt set")
 
 
 def load_campaign(name_or_path: str) -> CampaignParams:
     """A campaign by name (params/campaigns/NAME.yaml) or by path to a YAML file."""
-    path, known = _locate(name_or_path, "campaigns")
-    return _read(path, CampaignParams, "campaign", known)  # type: ignore[return-value]
+    return _load(name_or_path, "campaigns", CampaignParams, "campaign")

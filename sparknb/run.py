@@ -108,6 +108,11 @@ def read_records(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in file.read_text().splitlines() if line.strip()] if file.exists() else []
 
 
+def measured(records: Sequence[dict]) -> list[dict]:
+    """The records of measured requests: warmups and failed requests left out."""
+    return [r for r in records if not r.get("warmup") and "error" not in r]
+
+
 def _walk(folder: Path) -> tuple[list[str], list[str], list[str]]:
     """Files, folders and symbolic links below `folder`, as relative paths; links are never followed."""
     files, folders, links = [], [], []

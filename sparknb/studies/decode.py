@@ -17,6 +17,7 @@ from ..client import Endpoint, ServerInfo
 from ..errors import ParamsError
 from ..prompts import PromptMaker
 from ..report import Finding, info, warning
+from ..run import measured
 from ..study import Study, drifts, schedule
 
 
@@ -65,9 +66,7 @@ def sweep(study: Study, plan: Plan) -> pd.DataFrame:
 def frame(records: list[dict]) -> pd.DataFrame:
     """Measured requests as a table, with the server's view beside the client's."""
     rows = []
-    for r in records:
-        if r.get("warmup") or "error" in r:
-            continue
+    for r in measured(records):
         server = r.get("server") or {}
         spec = server.get("spec_decode") or {}
         rows.append({

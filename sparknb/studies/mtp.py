@@ -18,7 +18,7 @@ from ..client import Endpoint, ServerInfo
 from ..errors import ParamsError
 from ..prompts import filler
 from ..report import Finding, info, warning
-from ..run import PastRun, read_past
+from ..run import PastRun, measured, read_past
 from ..study import Study
 
 FILLER = "random filler"
@@ -134,7 +134,7 @@ def _row(r: dict) -> dict:
 
 
 def frame(records: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame([_row(r) for r in records if not r.get("warmup") and "error" not in r])
+    return pd.DataFrame([_row(r) for r in measured(records)])
 
 
 def summarize(df: pd.DataFrame, study: Study) -> pd.DataFrame:

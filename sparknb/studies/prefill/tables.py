@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from ...run import measured
+
 COLUMNS = ["seq", "prompt_length", "rep", "prompt_tokens", "completion_tokens", "ttft_s", "server_ttft_s",
            "server_prefill_s", "server_queue_s", "cache_queries", "cache_hits", "cache_hits_allowed",
            "load_1m", "interference"]
@@ -18,9 +20,7 @@ COLUMNS = ["seq", "prompt_length", "rep", "prompt_tokens", "completion_tokens", 
 def frame(records: Sequence[dict]) -> pd.DataFrame:
     """Measured requests as a table, the server's timings beside the client's; warmups and errors left out."""
     rows = []
-    for r in records:
-        if r.get("warmup") or "error" in r:
-            continue
+    for r in measured(records):
         server = r.get("server") or {}
         rows.append({
             "seq": r.get("seq"),
