@@ -218,3 +218,11 @@ def runs(campaign_id: str, outputs: str | Path = "") -> list[str]:
     if not (path / "params.json").is_file():
         raise RunError(f"No campaign {campaign_id!r} under {path.parent}.")
     return [r["run"] for r in read_records(path) if r.get("status") == "done"]
+
+
+def latest(outputs: str | Path = "") -> str | None:
+    """The id of the newest campaign with a finished cell, for a comparison given nothing else."""
+    for path in sorted((Path(outputs or outputs_dir()) / NOTEBOOK).glob("*/params.json"), reverse=True):
+        if any(r.get("status") == "done" for r in read_records(path.parent)):
+            return path.parent.name
+    return None

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from sparknb import stats
-from sparknb.errors import DataError
+from sparknb.errors import DataError, ParamsError
 from sparknb.run import Run, verify
 from sparknb.studies import compare
 from support import outputs_text, run_notebook
@@ -121,3 +121,15 @@ def test_the_short_prompt_trap_is_spelled_out_from_the_prefill_runs(tmp_path):
     text = compare.story(h)
     assert "a single short-prompt test (111 tokens) would report dense-27b at 1.2" in text
     assert "moe-35b is ahead on TTFT ms at 111 tokens" in text and "TTFT ms at 10,714 tokens (2.1" in text
+
+
+def test_with_nothing_given_the_newest_campaign_is_compared(tmp_path):
+    a = decode_run(tmp_path, "moe-35b", 26.0, fingerprint(), seed=1)
+    b = decode_run(tmp_path, "dense-27b", 8.9, fingerprint(), seed=2)
+    with pytest.raises(ParamsError, match="nothing to compare"):
+        compare.Plan.build(outputs=str(tmp_path))
+    record = Run.create("campaigns", {"notebook": "campaigns", "cells": []}, outputs=tmp_path, label="c")
+    for run in (a, b):
+        record.record({"cell": f"decode/{run.id}/1", "status": "done", "run": str(run.path)})
+    plan = compare.Plan.build(outputs=str(tmp_path))
+    assert plan.models() == ["moe-35b", "dense-27b"]

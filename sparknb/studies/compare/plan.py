@@ -13,18 +13,23 @@ from ...run import PastRun, read_past
 class Plan(params.Plan):
     study: ClassVar[str] = "compare"
     runs: list[str] = Field(default_factory=list, description="run folders or run ids of any study")
-    campaign: str = Field("", description="a campaign id under outputs/campaigns/: all its finished cells")
+    campaign: str = Field("", description="a campaign id under outputs/campaigns/: all its finished cells; with "
+                          "neither, the newest campaign")
     outputs: str = Field("", exclude=True)
     _past: list[PastRun] = PrivateAttr(default_factory=list)
+    _campaign: str = PrivateAttr("")
 
     @model_validator(mode="after")
     def _read(self) -> Plan:
         """Every run read once, its seal verified; a tampered or unsealed one is refused by name."""
         from ... import campaign
 
-        values = list(self.runs) + (campaign.runs(self.campaign, self.outputs) if self.campaign else [])
+        chosen = self.campaign or ("" if self.runs else campaign.latest(self.outputs) or "")
+        values = list(self.runs) + (campaign.runs(chosen, self.outputs) if chosen else [])
         if not values:
-            raise ValueError("give `runs` (run folders or ids) or a `campaign` id: there is nothing to compare")
+            raise ValueError("there is nothing to compare: give `runs` (run folders or ids) or a `campaign` id, or "
+                             "run `make demo` for the tiny campaign")
+        self._campaign = chosen
         self._past = read_past(values, None, what="runs", outputs=self.outputs)
         return self
 
