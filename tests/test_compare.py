@@ -133,3 +133,28 @@ def test_with_nothing_given_the_newest_campaign_is_compared(tmp_path):
         record.record({"cell": f"decode/{run.id}/1", "status": "done", "run": str(run.path)})
     plan = compare.Plan.build(outputs=str(tmp_path))
     assert plan.models() == ["moe-35b", "dense-27b"]
+
+
+def mmlu_run(tmp_path, model: str, right: set[int]) -> Run:
+    run = Run.create("mmlu_pro", {"notebook": "mmlu_pro", "model": {"name": model}, "settings": {"stop": []}},
+                     outputs=tmp_path, label=model)
+    run.write_json("fingerprint.json", fingerprint())
+    for q in range(40):
+        said = "A" if q in right else "B"
+        run.record({"question_id": str(q), "category": "math", "answer": "A", "finish_reason": "stop",
+                    "text": f"Reasoning first. The answer is ({said})."})
+    run.seal()
+    return run
+
+
+def test_mmlu_pro_is_compared_on_the_shared_questions_with_a_paired_interval(tmp_path):
+    a = mmlu_run(tmp_path, "moe-35b", set(range(30)))  # right on 0-29
+    b = mmlu_run(tmp_path, "dense-27b", set(range(10, 35)))  # right on 10-34: 10 only A, 5 only B
+    plan = compare.Plan.build(runs=[a.id, b.id], outputs=str(tmp_path))
+    h = compare.headline(plan.by_study(), plan.models())
+    accuracy, paired = [r for r in h.rows if r.study == "MMLU-Pro"]
+    assert accuracy.values == {"moe-35b": 75.0, "dense-27b": 62.5}
+    expected = stats.paired_difference(stats.Pairs(both=20, a_only=5, b_only=10, neither=5))  # dense minus moe
+    assert paired.ratios["dense-27b"] == expected and paired.kind == "difference"
+    assert "McNemar p = " in paired.note and "15 discordant" in paired.note and "questions" in paired.note
+    assert "data cannot tell them apart on paired difference" in compare.story(h)  # [-35.6, +10.6] holds 0

@@ -42,10 +42,11 @@ def warnings(past: list[PastRun]) -> list[Finding]:
         notes.append(Finding("warning", f"DIFFERENT BOXES. These runs were not measured on the same machine as "
                                         f"{base.id} ({detail}). A ratio between them mixes the models with the "
                                         "machines; read every figure below as a comparison of setups, not of models."))
-    for run in past[1:]:
-        for facet, diffs in fingerprint.differences(base.fingerprint, run.fingerprint,
+    served = [r for r in past if r.notebook != "swap"]  # a swap run starts its own servers: no one version
+    for run in served[1:]:
+        for facet, diffs in fingerprint.differences(served[0].fingerprint, run.fingerprint,
                                                     ("driver", "server version")).items():
-            notes.append(warning(f"{run.id}: {facet} differs from {base.id}: {', '.join(diffs)}."))
+            notes.append(warning(f"{run.id}: {facet} differs from {served[0].id}: {', '.join(diffs)}."))
     seen: dict[str, PastRun] = {}
     for run in past:
         first = seen.setdefault(run.notebook, run)

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ... import stats
 from ...run import PastRun
-from .. import decode, mtp, prefill, swap
+from .. import decode, mmlu_pro, mtp, prefill, swap
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,7 @@ class Row:
     ratios: dict[str, stats.Interval] = field(default_factory=dict)  # model -> its figure over the base's
     note: str = ""
     better: str = "higher"  # which way is better for this figure: higher, lower, or none
+    kind: str = "ratio"  # ratio (1 is no difference) or difference (a paired difference in points; 0 is none)
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,8 @@ class Headline:
                 row[m] = "-" if v is None or (isinstance(v, float) and math.isnan(v)) else _fmt(v)
             for m in self.models[1:]:
                 ratio = r.ratios.get(m)
-                row[f"{m} / {self.base}"] = ratio.times() if ratio else "-"
+                shown = ratio.points(signed=True) if ratio and r.kind == "difference" else ratio.times() if ratio else "-"
+                row[f"{m} / {self.base}"] = shown
             row["note"] = r.note
             out.append(row)
         return pd.DataFrame(out)
@@ -47,7 +49,7 @@ class Headline:
     def as_dict(self) -> dict:
         return {"base": self.base, "models": self.models,
                 "rows": [{"study": r.study, "measure": r.measure, "values": r.values, "note": r.note,
-                          "better": r.better, "ratios": {m: i.as_dict() for m, i in r.ratios.items()}}
+                          "better": r.better, "kind": r.kind, "ratios": {m: i.as_dict() for m, i in r.ratios.items()}}
                          for r in self.rows]}
 
 
@@ -105,8 +107,10 @@ def mtp_rows(runs: dict[str, PastRun], models: list[str], base: str) -> list[Row
     frames = {m: f[f["excluded"].isna()] for m, f in frames.items() if len(f)}
     rows = []
     kinds = list(dict.fromkeys(k for f in frames.values() for k in f["kind"]))
+    plain = {m for m in frames if not (runs[m].params.get("model") or {}).get("speculative")}
     for kind in kinds:
-        steps = {m: _median(f[f["kind"] == kind]["tokens_per_step"].dropna().tolist()) for m, f in frames.items()}
+        steps = {m: 1.0 if m in plain else _median(f[f["kind"] == kind]["tokens_per_step"].dropna().tolist())
+                 for m, f in frames.items()}
         rows.append(Row("speculative decoding", f"tokens/step, {kind}", steps, better="none"))
         speed = {m: f[f["kind"] == kind]["tok_s"].dropna().tolist() for m, f in frames.items()}
         rows.append(Row("speculative decoding", f"tok/s, {kind}", {m: _median(s) for m, s in speed.items()},
@@ -133,6 +137,38 @@ def swap_rows(runs: dict[str, PastRun], models: list[str], base: str) -> list[Ro
     return rows
 
 
+def mmlu_pro_rows(runs: dict[str, PastRun], models: list[str], base: str, half_width: float = 0.02) -> list[Row]:
+    """Accuracy per model (Wilson), and against the base on the questions both answered: the paired
+    difference (Bonett-Price), McNemar's exact test, and the questions a narrower interval would need."""
+    graded = {m: mmlu_pro.frame(runs[m].records, tuple(runs[m].settings.get("stop") or ())).set_index("question_id")
+              for m in models if m in runs}
+    graded = {m: g for m, g in graded.items() if len(g)}
+    if base not in graded:
+        return []
+    accuracy = {m: stats.accuracy(int(g["correct"].sum()), len(g)) for m, g in graded.items()}
+    rows = [Row("MMLU-Pro", "accuracy % (all answered questions)", {m: 100 * a.estimate for m, a in accuracy.items()},
+                note="; ".join(f"{m} {a.points()} of {len(graded[m])}" for m, a in accuracy.items()), better="none")]
+    differences, notes = {}, []
+    for m, g in graded.items():
+        if m == base:
+            continue
+        common = [q for q in graded[base].index if q in g.index]
+        if not common:
+            notes.append(f"{m} answered none of {base}'s questions: no paired comparison")
+            continue
+        pairs = stats.Pairs.of(g.loc[common, "correct"].astype(bool).tolist(),
+                               graded[base].loc[common, "correct"].astype(bool).tolist())
+        differences[m] = stats.paired_difference(pairs)
+        needed = (f"+/-{100 * half_width:.0f} points would need about {stats.questions_needed(pairs, half_width):,} "
+                  "questions" if pairs.discordant else "they never disagreed")
+        notes.append(f"{m} on {pairs.n} shared questions: McNemar p = {stats.mcnemar(pairs).pvalue:.3g}, "
+                     f"{pairs.discordant} discordant; {needed}")
+    if differences:
+        rows.append(Row("MMLU-Pro", "paired difference in accuracy (points)",
+                        {m: None for m in graded}, differences, note="; ".join(notes), kind="difference"))
+    return rows
+
+
 def batch_rows(by_study: dict[str, dict[str, PastRun]], models: list[str], base: str) -> list[Row]:
     """Batched throughput (MMLU-Pro's concurrent batch) beside single-stream decode, both from the runs.
 
@@ -146,10 +182,12 @@ def batch_rows(by_study: dict[str, dict[str, PastRun]], models: list[str], base:
     values = {m: b["tokens_per_s"] for m, b in batches.items()}
     ratios = {m: stats.Interval(v / values[base], math.nan, math.nan, 0.95, "one batch each")
               for m, v in values.items() if m != base}
-    tokens = ", ".join(f"{m} {b['completion_tokens']:,}" for m, b in batches.items())
+    volumes = {m: b.get("completion_tokens") for m, b in batches.items()}
+    tokens = ", ".join(f"{m} {v:,}" if v is not None else f"{m} unknown" for m, v in volumes.items())
+    same = "the same volume" if len(set(volumes.values())) == 1 else "not the same volume: the ratio mixes in the lengths"
     concurrency = batches[base].get("concurrency")
     rows = [Row("batch", f"MMLU-Pro batch tok/s at concurrency {concurrency}", values, ratios,
-                note=f"one batch per model, generated tokens: {tokens}")]
+                note=f"one batch per model; generated tokens {tokens} ({same})")]
     decodes = by_study.get("decode", {})
     if base in decodes:
         prompt = batches[base].get("prompt_tokens", 0) / max(1, batches[base].get("asked", 1))
@@ -168,6 +206,7 @@ STUDIES: dict[str, Callable[[dict[str, PastRun], list[str], str], list[Row]]] = 
     "decode": decode_rows,
     "prefill": prefill_rows,
     "swap": swap_rows,
+    "mmlu_pro": mmlu_pro_rows,
     "mtp": mtp_rows,
 }
 

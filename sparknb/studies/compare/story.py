@@ -10,6 +10,9 @@ from .headline import Headline, Row
 def _verdict(row: Row, model: str, base: str) -> tuple[str | None, str]:
     """(winner or None, the sentence's figure) for one model against the base on one row."""
     ratio = row.ratios[model]
+    if row.kind == "difference":  # a paired difference: 0 is no difference, higher accuracy is better
+        side = None if math.isnan(ratio.low) or ratio.low <= 0 <= ratio.high else (1.0 if ratio.low > 0 else -1.0)
+        return (None if side is None else model if side > 0 else base), ratio.points(signed=True)
     side = ratio.excludes
     if side is None or row.better == "none":
         return None, ratio.times()
@@ -30,7 +33,7 @@ def story(h: Headline) -> str:
             if model not in row.ratios or row.study == "batch":
                 continue
             winner, figure = _verdict(row, model, h.base)
-            key = "cannot tell" if winner is None and row.better != "none" else (winner or "")
+            key = "cannot tell" if winner is None and (row.better != "none" or row.kind == "difference") else (winner or "")
             if key:
                 by_study.setdefault(row.study, {}).setdefault(key, []).append(f"{row.measure} ({figure})")
         for study, outcome in by_study.items():
@@ -40,13 +43,18 @@ def story(h: Headline) -> str:
                     said.append(f"{who} is ahead on {'; '.join(outcome[who])}")
             if "cannot tell" in outcome:
                 said.append(f"the data cannot tell them apart on {'; '.join(outcome['cannot tell'])}")
-            parts.append(f"{study.capitalize()}, {model} against {h.base} (ratios are {model} over {h.base}, "
-                         f"95% intervals): " + "; ".join(said) + ".")
+            how = "differences are" if study == "MMLU-Pro" else "ratios are"
+            parts.append(f"{study[0].upper() + study[1:]}, {model} against {h.base} ({how} {model} "
+                         f"{'minus' if study == 'MMLU-Pro' else 'over'} {h.base}, 95% intervals): " + "; ".join(said) + ".")
     parts += _short_prompt_trap(h)
     parts += _batch(h)
     wins = _tally(h)
-    if wins:
-        parts.append("In short: " + "; ".join(f"{m} wins {', '.join(sorted(s))}" for m, s in wins.items() if s) + ".")
+    mixed = sorted({r.study for r in h.rows if r.ratios and r.study != "batch"} - set().union(*wins.values()))
+    if any(wins.values()):
+        parts.append("In short: " + "; ".join(f"{m} wins {', '.join(sorted(s))}" for m, s in wins.items() if s)
+                     + (f"; on {', '.join(mixed)} neither wins throughout" if mixed else "") + ".")
+    elif mixed:
+        parts.append(f"In short: on {', '.join(mixed)} the runs do not name a winner.")
     return " ".join(parts)
 
 
@@ -78,19 +86,24 @@ def _batch(h: Headline) -> list[str]:
         if b is None or s is None or math.isnan(b.estimate) or math.isnan(s.estimate):
             continue
         out.append(f"Under load the picture changes: in MMLU-Pro's batch {model} ran at {b.estimate:.2f}x "
-                   f"{h.base}'s throughput, where single-stream decode gave {s.times()}; {batch.note}. A batch "
-                   "ratio rests on one batch per model, and the two batches did not generate the same tokens, "
-                   "so read it as a hint, not a measurement.")
+                   f"{h.base}'s throughput, where single-stream decode gave {s.times()} ({batch.note}). A batch "
+                   "ratio rests on one batch per model: read it as a hint, not a measurement.")
     return out
 
 
 def _tally(h: Headline) -> dict[str, set[str]]:
-    wins: dict[str, set[str]] = {m: set() for m in h.models}
+    """The studies each model wins outright; a study where each wins some figures is won by neither."""
+    won: dict[str, dict[str, set[str]]] = {}
     for row in h.rows:
         if row.study == "batch":
             continue
         for model in row.ratios:
             winner, _ = _verdict(row, model, h.base)
             if winner:
-                wins[winner].add(row.study)
+                won.setdefault(row.study, {}).setdefault(model, set()).add(winner)
+    wins: dict[str, set[str]] = {m: set() for m in h.models}
+    for study, by_model in won.items():
+        winners = set().union(*by_model.values())
+        if len(winners) == 1:
+            wins[winners.pop()].add(study)
     return wins
