@@ -65,13 +65,26 @@ def duration(seconds: float | None) -> str:
     return f"{1e6 * seconds:.3g} us"
 
 
+# nbconvert's lab template loads require.js, MathJax, mermaid and the widget manager from CDNs. A report
+# is tables, text and embedded PNGs: none of them needs a script, and a report must open offline.
+_OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+
+
 def write_html(notebook: Path, target: Path) -> Path:
-    """Render once, code hidden; an existing report is never replaced."""
+    """Render once, code hidden, no script from another host; an existing report is never replaced."""
+    import jinja2
     import nbformat
     from nbconvert import HTMLExporter
 
-    body, _ = HTMLExporter(exclude_input=True, exclude_input_prompt=True,
-                           exclude_output_prompt=True).from_notebook_node(nbformat.read(notebook, as_version=4))
+    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
+                            extra_loaders=[jinja2.DictLoader({"sparknb-offline.html.j2": _OFFLINE_TEMPLATE})],
+                            template_file="sparknb-offline.html.j2")
+    body, _ = exporter.from_notebook_node(nbformat.read(notebook, as_version=4))
     with open(target, "x", encoding="utf-8") as f:
         f.write(body)
     return target

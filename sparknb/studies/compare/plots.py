@@ -11,7 +11,8 @@ def plot(h: Headline):
     """One point per figure and model, its 95% interval as a bar, 1 as the line of no difference."""
     import matplotlib.pyplot as plt
 
-    items = [(f"{r.study}: {r.measure}", m, r.ratios[m]) for r in h.rows for m in h.models[1:] if m in r.ratios]
+    items = [(f"{r.study}: {r.measure}", m, r.ratios[m]) for r in h.rows if r.kind == "ratio"
+             for m in h.models[1:] if m in r.ratios]
     fig, ax = plt.subplots(figsize=(8, 0.35 * max(len(items), 3) + 1.5))
     if not items:
         ax.text(0.5, 0.5, "no ratio to show: the runs cover one model only", ha="center", va="center")
