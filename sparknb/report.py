@@ -10,6 +10,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+import pandas as pd
+
+# A report shows a table's cells whole: a fingerprint row or a guard note cut at 50 characters hides the point.
+pd.set_option("display.max_colwidth", None)
+
 Level = Literal["info", "warning", "marked", "suspect", "failed"]
 
 

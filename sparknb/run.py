@@ -78,8 +78,12 @@ class Run:
         return target
 
     def record(self, obj: dict) -> None:
-        """Append one line and push it to disk now, so a crash later cannot lose it."""
-        with open(self._target("records.jsonl"), "a") as f:
+        """One request's line in records.jsonl, on disk now, so a crash later cannot lose it."""
+        self.append("records.jsonl", obj)
+
+    def append(self, name: str, obj: dict) -> None:
+        """Append one JSON line to a file of lines and push it to disk now."""
+        with open(self._target(name), "a") as f:
             f.write(json.dumps(redact(obj, self._secrets), sort_keys=True, default=str) + "\n")
             f.flush()
             os.fsync(f.fileno())

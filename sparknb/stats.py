@@ -189,14 +189,15 @@ class Drift:
 
     @property
     def beyond_spread(self) -> bool:
-        """True where the last differs from the first by more than the middle requests differ among themselves."""
-        return self.n >= 3 and abs(self.last - self.first) > max(self.spread, 0.02 * abs(self.first))
+        """True where the last differs from the first by more than the middle requests differ among
+        themselves, and by more than 5%: a change the repetitions themselves do not explain."""
+        return abs(self.last - self.first) > max(self.spread, 0.05 * abs(self.first))
 
 
 def drift(values_in_order: Sequence[float]) -> Drift | None:
-    """None with fewer than three values: two cannot tell drift from noise."""
+    """None with fewer than four values: with one between first and last, there is no spread to judge by."""
     values = [float(v) for v in values_in_order]
-    if len(values) < 3:
+    if len(values) < 4:
         return None
     middle = values[1:-1]
     return Drift(values[0], values[-1], max(middle) - min(middle), len(values))

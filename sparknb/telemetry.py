@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .errors import RunError
 from .fingerprint import nvml_call
 from .report import Finding, info, warning
 from .run import Run
@@ -36,7 +37,8 @@ DROP = 0.90  # an SM clock under 90% of the highest busy one (or, under a thrott
 
 
 class Sampler:
-    """The background sampler of one run; stop() writes telemetry.jsonl into the run folder, once."""
+    """The background sampler of one run; each sample is on disk in telemetry.jsonl as soon as it is taken,
+    so a kernel killed halfway keeps the telemetry up to then."""
 
     def __init__(self, run: Run | None, interval_s: float = INTERVAL_S) -> None:
         self.run = run
@@ -45,7 +47,6 @@ class Sampler:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sparknb-telemetry", daemon=True)
-        self._written = False
 
     def start(self) -> Sampler:
         self._thread.start()
@@ -60,17 +61,21 @@ class Sampler:
         return summarize(self.samples())
 
     def stop(self) -> None:
-        """Stop sampling and write every sample; a second call does nothing."""
+        """Stop sampling, before the run is sealed; a second call does nothing."""
         self._stopping.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10 * self.interval_s + 5)
-        if self.run is not None and not self._written and not self.run.sealed:
-            self._written = True
-            self.run.write_text(FILE, "".join(json.dumps(s, sort_keys=True) + "\n" for s in self.samples()))
 
     def _keep(self, sample: dict) -> None:
         with self._lock:
+            if self._stopping.is_set() and self._samples:  # stopped: the run may be sealed already
+                return
             self._samples.append(sample)
+            if self.run is not None:
+                try:
+                    self.run.append(FILE, sample)
+                except RunError:  # sealed under it: nothing may be added, so sampling ends
+                    self._stopping.set()
 
     def _loop(self) -> None:
         try:

@@ -117,3 +117,10 @@ def test_nonsense_is_named():
         stats.z_value(95)
     with pytest.raises(ValueError, match="at least one question"):
         stats.paired_difference(stats.Pairs(0, 0, 0, 0))
+
+
+def test_drift_needs_a_spread_to_judge_by_and_more_than_it():
+    assert stats.drift([8.4, 8.3, 6.0]) is None  # one value between first and last: no spread
+    assert not stats.drift([8.4, 8.0, 8.8, 8.5]).beyond_spread  # within what the middle ones vary
+    slowed = stats.drift([8.4, 8.3, 8.35, 7.2])
+    assert slowed.beyond_spread and slowed.change == pytest.approx(7.2 / 8.4 - 1)
