@@ -93,12 +93,21 @@ class Completion:
             return None
         return self.decode_tokens / self.decode_s
 
+    def add_chunk(self, t: float, text: str, reasoning: str, tokens: int | None) -> None:
+        """A chunk that carries text or tokens, `t` seconds after sending: TTFT is the first such chunk.
+        The one place of the timing rule, for the synchronous client and the asyncio one alike."""
+        self.text, self.reasoning = self.text + text, self.reasoning + reasoning
+        self.chunk_times.append(t)
+        self.chunk_tokens.append(tokens)
+        self.ttft_s = t if self.ttft_s is None else self.ttft_s
+        self.last_token_s = t
+
     def as_dict(self) -> dict:
         return asdict(self) | {"decode_s": self.decode_s, "decode_tokens": self.decode_tokens,
                                "decode_tokens_per_s": self.decode_tokens_per_s}
 
 
-def _now() -> str:
+def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
@@ -241,7 +250,7 @@ class Endpoint:
         return fixed | extra
 
     def _stream(self, create, **kw) -> Completion:
-        done = Completion(started_at=_now())
+        done = Completion(started_at=now())
         sent = time.perf_counter()
         try:
             stream = create(model=self.model, stream=True, stream_options={"include_usage": True}, **kw)
@@ -257,13 +266,7 @@ class Endpoint:
                         done.finish_reason = choice.finish_reason
                     if not (text or reasoning or tokens):  # e.g. the role-only opening chunk of a chat
                         continue
-                    done.text += text
-                    done.reasoning += reasoning
-                    done.chunk_times.append(t)
-                    done.chunk_tokens.append(tokens)
-                    if done.ttft_s is None:
-                        done.ttft_s = t
-                    done.last_token_s = t
+                    done.add_chunk(t, text, reasoning, tokens)
         except openai.APIConnectionError as e:
             raise EndpointError(f"Lost the connection to {self.shown} ({e}); the answer so far had "
                                 f"{len(done.chunk_times)} chunks.") from None

@@ -14,10 +14,10 @@ import statistics
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .client import now
 from .errors import RunError
 from .fingerprint import nvml_call
 from .report import Finding, info, warning
@@ -83,23 +83,19 @@ class Sampler:
 
             pynvml.nvmlInit()
         except Exception as e:  # ImportError, NVMLError_LibraryNotFound, DriverNotLoaded: no GPU to watch
-            self._keep({"time": _now(), "available": False, "reason": f"NVML not usable ({type(e).__name__}: {e})"})
+            self._keep({"time": now(), "available": False, "reason": f"NVML not usable ({type(e).__name__}: {e})"})
             return
         try:
             t0 = time.monotonic()
             while True:
                 count = nvml_call(pynvml, pynvml.nvmlDeviceGetCount)
                 for index in range(count if isinstance(count, int) else 0):
-                    self._keep({"time": _now(), "t_s": round(time.monotonic() - t0, 3), "index": index,
+                    self._keep({"time": now(), "t_s": round(time.monotonic() - t0, 3), "index": index,
                                 **read(pynvml, index)})
                 if self._stopping.wait(self.interval_s):
                     return
         finally:
             pynvml.nvmlShutdown()
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def read(pynvml: Any, index: int) -> dict:

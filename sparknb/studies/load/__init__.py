@@ -1,0 +1,26 @@
+"""Load sweep: throughput against concurrency (or request rate), measured by a client that keeps up.
+
+One user at a time shows what a model does alone; a server earns its keep with many. Each level keeps
+a number of requests in flight (or sends them at a seeded Poisson rate) for a count or a duration,
+after a warmup (measure), on the asyncio client of sparknb.stream. Per level: aggregate and per-user
+tok/s, TTFT, ITL and end-to-end percentiles, goodput under an SLO, and the server's own gauges over
+time (tables). Every level checks the client itself: its loop's CPU share and lag, and its timings
+against the server's own for the same requests; a level whose client could not keep up is marked,
+never reported as the server's limit (findings). Earlier runs of other models are set beside this
+one: per-user against aggregate tok/s, and the batch ratio against the single-stream one (compare).
+"""
+
+from .compare import Comparison, compare
+from .findings import findings, summary
+from .measure import arrivals, request_record, sweep
+from .plan import DEFAULT_CONCURRENCY, NOTEBOOK, Level, Plan, kv_capacity
+from .plots import plot_levels, plot_tradeoff
+from .prompts import Prompts, make_prompts
+from .tables import CHECKS, SERVER, THROUGHPUT, knee, level_row, ratios, saturation, summarize
+
+__all__ = [
+    "CHECKS", "SERVER", "THROUGHPUT", "DEFAULT_CONCURRENCY", "NOTEBOOK", "Comparison", "Level", "Plan", "Prompts",
+    "arrivals", "compare", "findings",
+    "knee", "kv_capacity", "level_row", "make_prompts", "plot_levels", "plot_tradeoff", "ratios", "request_record",
+    "saturation", "summarize", "summary", "sweep",
+]

@@ -1,0 +1,205 @@
+"""The sweep: each level's requests, the server's gauges sampled meanwhile, and the client checking itself.
+
+All of a level runs on one event loop (sparknb.stream): the requests, a sampler of the server's
+/metrics gauges (requests running and waiting, KV-cache use, preemptions), and a probe of the loop's
+own lag. Every request is recorded as it ends, by a writer thread, so the loop never waits on a disk;
+then the level itself, with the share of the time its loop was busy, how late it woke, and the
+server's counters around the whole level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+from ... import metrics, stream
+from ...study import Study, server_view
+from .plan import Level, Plan, kv_capacity
+from .prompts import Prompts
+from .tables import level_line
+
+SAMPLE_S = 0.5  # how often the server's gauges are read during a level
+PROBE_S = 0.01  # the lag probe's sleep
+KV_USE = "vllm:kv_cache_usage_perc"
+PREEMPTIONS = "vllm:num_preemptions_total"
+GAUGES = (metrics.RUNNING, metrics.WAITING, KV_USE, PREEMPTIONS)
+DROPPED = ("text", "reasoning")  # random-weight noise at best; the lengths are kept
+
+
+def sweep(study: Study, plan: Plan, *, on_chunk: Callable[[], None] | None = None,
+          log: Callable[[str], None] = print) -> tuple[list[dict], str | None]:
+    """Every level of the plan, in order; returns the run's records and a note on levels left out.
+    `on_chunk` is the test hook that loads the client on purpose (see stream.AsyncEndpoint)."""
+    endpoint = stream.AsyncEndpoint(study.endpoint.url, study.endpoint.model, study.model.api_key(),
+                                    on_chunk=on_chunk)
+    capacity = kv_capacity(stream.run(lambda: endpoint.get("/metrics")), plan.source.longest + plan.output_tokens)
+    levels, note = plan.levels(capacity)
+    log(note or f"Measuring {', '.join(lv.name for lv in levels)} with {plan.source.kind} prompts.")
+    writer = _Writer(study.run)
+    with study.measuring():
+        try:
+            for k, level in enumerate(levels, 1):
+                rec, requests = _measure(study, endpoint, plan, level, writer)
+                rec |= {"kv_capacity": capacity, "loaded_on_purpose": on_chunk is not None}
+                writer.put(rec)
+                log(f"[{k}/{len(levels)}] " + level_line(rec, requests, plan.slo_ttft_s, plan.slo_tpot_s))
+        finally:
+            writer.close()
+    return study.records(), note
+
+
+def _measure(study: Study, endpoint: stream.AsyncEndpoint, plan: Plan, level: Level,
+             writer: _Writer) -> tuple[dict, list[dict]]:
+    """One level, with the server's counters read around it: its level record and its request records."""
+    before = study.endpoint.metrics()
+    requests: list[dict] = []
+
+    def keep(outcome: stream.Outcome) -> None:
+        requests.append(request_record(outcome, level))
+        writer.put(requests[-1])
+
+    rec = stream.run(lambda: _level(endpoint, level, plan, keep))
+    answered = [r for r in requests if "error" not in r]
+    delta = metrics.settled(study.endpoint.metrics, before, len(answered))
+    tokens = [r["completion_tokens"] for r in answered]
+    return rec | {"server": server_view(delta), "interference": metrics.interference(
+        delta, len(answered), None if None in tokens else sum(tokens))}, requests
+
+
+def request_record(outcome: stream.Outcome, level: Level) -> dict:
+    rec = {"kind": "request", "level_name": level.name, "mode": level.mode, "level": level.value,
+           "index": outcome.index, "warmup": outcome.index < level.warmup, "sent_s": outcome.sent_s}
+    if outcome.error is not None:
+        return rec | {"error": outcome.error}
+    return rec | {k: v for k, v in outcome.answer.as_dict().items() if k not in DROPPED}
+
+
+async def _level(endpoint: stream.AsyncEndpoint, level: Level, plan: Plan,
+                 keep: Callable[[stream.Outcome], None]) -> dict:
+    priority = stream.ahead_of_others()  # as stream.run asked already: this says what was granted
+    t0, loop_cpu, cpu = time.perf_counter(), time.thread_time(), time.process_time()
+    samples: list[list] = []
+    lags: list[float] = []
+    watchers = [asyncio.ensure_future(_sample(endpoint, t0, samples)), asyncio.ensure_future(_probe(lags))]
+    try:
+        if level.mode == "concurrency":
+            sent = await stream.closed_loop(endpoint, _calls(plan.source, level, plan.duration_s),
+                                            int(level.value), keep, t0=t0)
+        else:
+            offsets = arrivals(level, plan.duration_s, plan.seed)
+            sent = await open_loop(endpoint, (plan.source.call(i) for i in range(len(offsets))), offsets, keep, t0=t0)
+    finally:
+        for watcher in watchers:
+            watcher.cancel()
+    wall = time.perf_counter() - t0
+    return {"kind": "level", "level_name": level.name, "mode": level.mode, "level": level.value,
+            "warmup_requests": level.warmup, "sent": len(sent), "wall_s": wall, "samples": samples,
+            "client": {"priority": priority, "loop_cpu_share": (time.thread_time() - loop_cpu) / wall,
+                       "process_cpu_share": (time.process_time() - cpu) / wall, "lags_s": _spread(lags)}}
+
+
+def _calls(prompts: Prompts, level: Level, duration_s: float) -> Iterator[stream.Call]:
+    """The level's requests, made as they are sent: the warmup, then a count or `duration_s` of sending."""
+    index, began = 0, None
+    while True:
+        if index == level.warmup:
+            began = time.perf_counter()
+        if level.requests and index >= level.warmup + level.requests:
+            return
+        if not level.requests and began is not None and time.perf_counter() - began >= duration_s:
+            return
+        yield prompts.call(index)
+        index += 1
+
+
+def arrivals(level: Level, duration_s: float, seed: int) -> list[float]:
+    """Poisson arrivals at the level's rate, seeded: seconds from the level's start of each request."""
+    rng = random.Random(f"{seed}/{level.value}")
+    out: list[float] = []
+    t = 0.0
+    while True:
+        t += rng.expovariate(level.value)
+        if level.requests and len(out) >= level.warmup + level.requests:
+            return out
+        if not level.requests and len(out) > level.warmup and t > out[level.warmup] + duration_s:
+            return out
+        out.append(t)
+
+
+async def open_loop(endpoint: stream.AsyncEndpoint, calls: Iterable[stream.Call], offsets: Iterable[float],
+                    on_done: Callable[[stream.Outcome], None], *, t0: float) -> list[stream.Outcome]:
+    """Send each request at its own time, however many are in flight: arrivals that do not wait for
+    answers, as independent users make them."""
+    async def at(offset: float, index: int, call: stream.Call) -> stream.Outcome:
+        await asyncio.sleep(max(0.0, t0 + offset - time.perf_counter()))
+        outcome = await stream.send(endpoint, index, call, t0)
+        on_done(outcome)
+        return outcome
+
+    tasks = [asyncio.ensure_future(at(offset, i, call)) for i, (call, offset) in enumerate(zip(calls, offsets))]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def _sample(endpoint: stream.AsyncEndpoint, t0: float, samples: list[list]) -> None:
+    """[seconds, running, waiting, KV-cache use, preemptions so far] every SAMPLE_S; None where unread."""
+    while True:
+        t = time.perf_counter() - t0
+        try:
+            text = await endpoint.get("/metrics")
+            lines = [line for line in text.decode().splitlines() if line.startswith(tuple(g + "{" for g in GAUGES))]
+            snap = metrics.Snapshot.parse("\n".join(lines) + "\n", endpoint.model)
+            samples.append([t, *(snap[g] for g in GAUGES)])
+        except Exception as e:  # a missed sample is a gap, not a failed level
+            samples.append([t, None, None, None, None, f"{type(e).__name__}: {e}"])
+        await asyncio.sleep(SAMPLE_S)
+
+
+async def _probe(lags: list[float]) -> None:
+    """How late the loop wakes from a short sleep: the time by which a chunk's stamp can be late."""
+    while True:
+        t = time.perf_counter()
+        await asyncio.sleep(PROBE_S)
+        lags.append(time.perf_counter() - t - PROBE_S)
+
+
+def _spread(values: list[float]) -> dict:
+    if not values:
+        return {"n": 0, "p50": None, "p99": None, "max": None}
+    ordered = sorted(values)
+    return {"n": len(ordered), "p50": ordered[len(ordered) // 2], "p99": ordered[int(0.99 * (len(ordered) - 1))],
+            "max": ordered[-1]}
+
+
+class _Writer:
+    """Records written by a thread of their own, in order: Run.record syncs each line to disk, and the
+    event loop must not wait on that."""
+
+    def __init__(self, run):
+        self.run, self.queue, self.error = run, queue.Queue(), None
+        self.thread = threading.Thread(target=self._work, name="sparknb-records", daemon=True)
+        self.thread.start()
+
+    def put(self, record: dict) -> None:
+        self.queue.put(record)
+
+    def _work(self) -> None:
+        stream.ahead_of_others()  # an ordinary thread preempted while it holds the GIL would hold up the loop
+        while (record := self.queue.get()) is not None:
+            try:
+                self.run.record(record)
+            except Exception as e:  # raised again where the sweep waits for the writer
+                self.error = self.error or e
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error

@@ -1,0 +1,151 @@
+"""The load study's parameters, checked together, and the earlier runs they name, read once.
+
+Levels are either requests in flight (a closed loop: a new request as one ends) or request rates
+(an open loop: seeded Poisson arrivals that do not wait for answers). What needs the server (its
+context length, how many of these requests its KV cache holds at once) is checked before the run
+lock is taken or a folder made.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, PrivateAttr, field_validator, model_validator
+
+from ... import params
+from ...client import Endpoint, ServerInfo
+from ...errors import DataError, ParamsError
+from ...run import PastRun, read_past
+from .prompts import Prompts, make_prompts
+
+NOTEBOOK = "load"
+DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class Level:
+    """One step of the sweep: how many requests are kept in flight, or how many arrive per second."""
+
+    mode: Literal["concurrency", "rate"]
+    value: float
+    warmup: int  # requests sent first, recorded and left out
+    requests: int  # measured requests; 0: as many as duration_s allows
+
+    @property
+    def name(self) -> str:
+        return f"{self.value:g} in flight" if self.mode == "concurrency" else f"{self.value:g} req/s"
+
+
+class Plan(params.Plan):
+    study: ClassVar[str] = NOTEBOOK
+    concurrency: list[Annotated[int, Field(ge=1)]] = Field(
+        [], description=f"requests in flight per level, e.g. [1, 4, 16]; empty: {list(DEFAULT_CONCURRENCY)}")
+    request_rates: list[Annotated[float, Field(gt=0)]] = Field(
+        [], description="requests per second per level, e.g. [0.5, 2]; given instead of concurrency")
+    prompt_tokens: int = Field(512, ge=16, description="exact prompt length in tokens, 16 or more")
+    output_tokens: int = Field(128, ge=2, description="answer length in tokens, 2 or more")
+    prompts: str = Field("", description="empty, a prompt set under params/prompts/ (or a YAML path), "
+                         "or mmlu_pro:SOURCE")
+    warmup: int = Field(1, ge=0, description="warmup waves per level, 0 or more")
+    requests_per_level: int = Field(0, ge=0, description="measured requests per level; 0 sends for duration_s")
+    duration_s: float = Field(30.0, gt=0, description="seconds of sending per level after its warmup")
+    seed: int = Field(0, description="seeds the arrivals and the order of a prompt set")
+    slo_ttft_s: float = Field(2.0, gt=0, description="the longest TTFT a request may take to count as goodput")
+    slo_tpot_s: float = Field(0.1, gt=0, description="the longest time per output token to count as goodput")
+    temperature: float = Field(0.0, ge=0, le=2)
+    compare_with: list[str] = Field([], description="run folders or run ids of earlier load runs")
+    _past: list[PastRun] = PrivateAttr(default_factory=list)
+    _prompts: Prompts | None = PrivateAttr(default=None)
+
+    @field_validator("compare_with", mode="before")
+    @classmethod
+    def _one_run(cls, value: Any) -> Any:
+        """`sparknb run -p compare_with RUN` gives one run as a string."""
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _one_kind_of_level(self) -> Plan:
+        if self.concurrency and self.request_rates:
+            raise ValueError("give concurrency or request_rates, not both: a level keeps a number of requests in "
+                             "flight, or sends them at a rate")
+        for name in ("concurrency", "request_rates"):
+            values = getattr(self, name)
+            if len(set(values)) != len(values):
+                raise ValueError(f"{name} has repeats: {values}; give each level once")
+        if self.prompts.startswith("mmlu_pro") and not self.prompts.startswith("mmlu_pro:"):
+            raise ValueError(f"prompts {self.prompts!r}: write mmlu_pro:hub or mmlu_pro:FOLDER (the folder of its "
+                             "parquet files)")
+        return self
+
+    @classmethod
+    def build(cls, *, outputs: str = "", **values: Any) -> Plan:
+        """Check the parameters, then read every compare_with run from its seal, once, before any request."""
+        plan = super().build(**values)
+        plan._past = _with_levels(read_past(plan.compare_with, NOTEBOOK, outputs=outputs))
+        return plan
+
+    @property
+    def past(self) -> list[PastRun]:
+        return list(self._past)
+
+    @property
+    def source(self) -> Prompts:
+        if self._prompts is None:
+            raise ParamsError("The prompts are made when the plan is checked against the server (check_server).")
+        return self._prompts
+
+    def wanted(self) -> list[Level]:
+        """Every level asked for, before the server's KV cache has a say."""
+        if self.request_rates:
+            return [Level("rate", r, math.ceil(self.warmup * r), self.requests_per_level)
+                    for r in sorted(self.request_rates)]
+        return [Level("concurrency", c, self.warmup * c, self.requests_per_level)
+                for c in sorted(self.concurrency) or DEFAULT_CONCURRENCY]
+
+    def levels(self, capacity: int | None) -> tuple[list[Level], str | None]:
+        """The levels to measure, and a note where more in flight than the KV cache holds (`capacity`
+        requests of these lengths at once) were left out: past it requests only wait their turn."""
+        wanted = self.wanted()
+        if capacity is None or self.request_rates:
+            return wanted, None
+        kept = [lv for i, lv in enumerate(wanted) if lv.value <= capacity or i == 0]
+        dropped = [f"{lv.value:g}" for lv in wanted if lv not in kept]
+        if not dropped:
+            return kept, None
+        return kept, (f"Levels {', '.join(dropped)} in flight are left out: the server's KV cache holds {capacity} "
+                      "of these requests at once, so more would only wait their turn.")
+
+    def check_server(self, server: ServerInfo, endpoint: Endpoint) -> None:
+        """Make the prompts (by the server's own tokenizer), check that they fit its context, and that every
+        compare_with run shares a level with this one."""
+        self._prompts = make_prompts(self, endpoint)
+        longest = self._prompts.longest
+        if server.max_model_len is not None and longest + self.output_tokens > server.max_model_len:
+            raise ParamsError(f"The longest prompt is {longest} tokens; with output_tokens {self.output_tokens} it "
+                              f"exceeds {server.model}'s max_model_len of {server.max_model_len}. Lower prompt_tokens "
+                              "or output_tokens, or restart the server with a larger --max-model-len.")
+        mine = {lv.name for lv in self.wanted()}
+        differ = [f"{o.id} ({o.label})" for o in self._past
+                  if not mine & {r.get("level_name") for r in o.records if r.get("kind") == "level"}]
+        if differ:
+            raise ParamsError(f"compare_with runs that share no level with this one ({sorted(mine)}): "
+                              + "; ".join(differ) + ". Give the same concurrency or request_rates as those runs.")
+
+
+def _with_levels(runs: list[PastRun]) -> list[PastRun]:
+    """Earlier runs to compare with must have measured a level (one that failed at once has none)."""
+    empty = [f"compare_with {run.id!r}: it holds no measured level" for run in runs
+             if not any(r.get("kind") == "level" for r in run.records)]
+    if empty:
+        raise DataError("Cannot compare:\n  " + "\n  ".join(empty))
+    return runs
+
+
+def kv_capacity(metrics_text: bytes, tokens_per_request: int) -> int | None:
+    """How many requests of this many tokens vLLM's KV cache holds at once (its cache_config_info gauge);
+    None where the server does not say."""
+    found = re.search(rb'kv_cache_size_tokens="(\d+)"', metrics_text)
+    return int(found.group(1)) // tokens_per_request if found else None

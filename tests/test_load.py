@@ -1,0 +1,137 @@
+"""The load sweep against the real tiny test bed (vLLM CPU, started with --enable-per-request-metrics).
+
+Levels stay small (1 to 4 in flight) on this 2-core machine: the server, its API process and the
+client share two cores, and a level larger than that measures the machine's scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from sparknb.errors import ParamsError
+from sparknb.study import start
+from sparknb.studies import load
+from support import folder_text, outputs_text, run_notebook
+
+pytestmark = pytest.mark.server
+
+SMALL = {"prompt_tokens": 128, "output_tokens": 512, "requests_per_level": 8}
+
+
+def _summary(folder) -> dict:
+    return json.loads((folder / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def moe_run(tiny_moe, tmp_path_factory):
+    """tiny-moe swept through the notebook: the run the dense sweep compares with."""
+    tmp = tmp_path_factory.mktemp("load-moe")
+    nb, folder = run_notebook("load", tmp, {"model": "tiny-moe", "endpoint": tiny_moe.url, "concurrency": [1, 2, 4],
+                                            **SMALL})
+    return tmp, folder
+
+
+@pytest.fixture(scope="module")
+def dense_run(tiny_dense, moe_run):
+    tmp, moe_folder = moe_run
+    nb, folder = run_notebook("load", tmp, {"model": "tiny-dense", "endpoint": tiny_dense.url,
+                                            "concurrency": [1, 2, 4], "compare_with": [str(moe_folder)], **SMALL})
+    return nb, folder
+
+
+def test_every_level_really_runs_its_concurrency_on_the_server(dense_run):
+    levels = {row["level name"]: row for row in _summary(dense_run[1])["levels"]}
+    assert list(levels) == ["1 in flight", "2 in flight", "4 in flight"]
+    for row in levels.values():
+        assert row["running max"] == row["level"], row  # the server's own gauge, sampled during the level
+        assert row["requests"] == 8 and row["failed"] == 0
+
+
+def test_the_clients_clock_agrees_with_the_servers_where_it_kept_up(dense_run):
+    levels = _summary(dense_run[1])["levels"]
+    kept_up = [row for row in levels if not row["saturated"]]
+    assert kept_up, "the client kept up at no level on an idle machine"
+    for row in kept_up:
+        assert row["server truth"] == "per-request metrics + histograms"
+        assert abs(row["decode vs server %"]) <= 2 and abs(row["E2E vs server %"]) <= 2, row
+
+
+def test_throughput_grows_with_the_level_and_the_knee_is_named(dense_run):
+    summary = _summary(dense_run[1])
+    aggregate = [row["aggregate tok/s"] for row in summary["levels"]]
+    assert aggregate[-1] > 1.5 * aggregate[0]  # four users get more done than one, even on two cores
+    assert summary["knee"] in [row["level name"] for row in summary["levels"]]
+
+
+def test_the_batch_ratio_is_set_against_the_single_stream_one(dense_run, moe_run):
+    nb, folder = dense_run
+    (c,) = _summary(folder)["comparisons"]
+    assert c["label"] == "tiny-moe" and c["single_stream"][0] == "1 in flight"
+    assert [r["level name"] for r in c["ratios"]] == ["1 in flight", "2 in flight", "4 in flight"]
+    text = outputs_text(nb)
+    assert "image/png" in text and "Against tiny-moe" in text
+
+
+def test_speculative_chunks_carry_several_tokens_and_itl_counts_tokens_not_chunks(moe_run):
+    """tiny-moe drafts with n-grams: a chunk can hold several tokens, so the chunk gap exceeds the ITL."""
+    rows = _summary(moe_run[1])["levels"]
+    assert any(row["tokens/chunk"] > 1.05 for row in rows)
+    for row in rows:
+        assert row["chunk gap p50 ms"] >= row["ITL p50 ms"] * 0.95
+
+
+def test_no_key_reaches_the_run_folder(dense_run, dense_key):
+    assert dense_key not in folder_text(dense_run[1])
+
+
+def test_a_starved_client_is_marked_and_never_read_as_the_servers_limit(tiny_dense, tmp_path):
+    """A hook spends 4 ms of the client's event loop on every chunk: more than the chunks leave it."""
+    plan = load.Plan.build(concurrency=[2], prompt_tokens=64, output_tokens=32, requests_per_level=4, warmup=0)
+    study = start("load", model="tiny-dense", endpoint=tiny_dense.url, outputs=str(tmp_path), seal=False,
+                  validate=plan.check_server, settings=plan.settings())
+
+    def starve() -> None:
+        until = time.perf_counter() + 0.004
+        while time.perf_counter() < until:
+            pass
+
+    records, note = load.sweep(study, plan, on_chunk=starve)
+    table = load.summarize(records, plan.slo_ttft_s, plan.slo_tpot_s)
+    notes = load.findings(table, records, plan, note, [])
+    study.finish(load.summary(table, plan, notes, []))
+    assert table.loc["2 in flight", "saturated"] and "busy" in table.loc["2 in flight", "why"]
+    marked = [f.text for f in notes if f.level == "marked"]
+    assert any("could not keep up" in t and "not the server's" in t for t in marked)
+    assert load.knee(table) is None
+
+
+def test_arrivals_at_a_rate_are_sent_on_their_seeded_schedule(tiny_dense, tmp_path):
+    plan = load.Plan.build(request_rates=[5.0], prompt_tokens=64, output_tokens=16, requests_per_level=10, seed=4)
+    study = start("load", model="tiny-dense", endpoint=tiny_dense.url, outputs=str(tmp_path), seal=False,
+                  validate=plan.check_server, settings=plan.settings())
+    records, _ = load.sweep(study, plan)
+    study.finish({})
+    sent = sorted(r["sent_s"] for r in records if r.get("kind") == "request")
+    due = load.arrivals(plan.wanted()[0], plan.duration_s, plan.seed)
+    assert len(sent) == len(due) == 15  # a warmup of one second's worth, then ten
+    assert max(abs(s - d) for s, d in zip(sent, due)) < 0.02
+
+
+def test_a_prompt_set_sends_its_texts_as_chats_of_their_own_lengths(tiny_dense, tmp_path):
+    plan = load.Plan.build(concurrency=[1], prompts="reference", output_tokens=8, requests_per_level=6, warmup=0)
+    study = start("load", model="tiny-dense", endpoint=tiny_dense.url, outputs=str(tmp_path), seal=False,
+                  validate=plan.check_server, settings=plan.settings())
+    records, _ = load.sweep(study, plan)
+    study.finish({})
+    lengths = {r["prompt_tokens"] for r in records if r.get("kind") == "request"}
+    assert len(lengths) > 1 and max(lengths) <= plan.source.longest
+
+
+def test_a_compare_with_run_of_other_levels_is_refused_before_anything_runs(tiny_dense, moe_run):
+    plan = load.Plan.build(concurrency=[8], compare_with=[str(moe_run[1])], **SMALL)
+    with pytest.raises(ParamsError, match="share no level"):
+        start("load", model="tiny-dense", endpoint=tiny_dense.url, outputs=str(moe_run[0]),
+              validate=plan.check_server, settings=plan.settings())
