@@ -69,5 +69,7 @@ def show(plan: Plan) -> None:
     display(Markdown(markdown(warnings(plan.past)) or "Same box, driver and server version."))
     h = headline(plan.by_study(), plan.models())
     display(h.table())
-    plt.show(plot(h))
+    fig = plot(h)
+    display(fig)  # the figure itself, as a PNG: nothing left for a later cell's backend to draw
+    plt.close(fig)
     display(Markdown(story(h)))

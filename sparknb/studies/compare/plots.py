@@ -10,6 +10,7 @@ from .headline import Headline
 def plot(h: Headline):
     """One point per figure and model, its 95% interval as a bar, 1 as the line of no difference."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     items = [(f"{r.study}: {r.measure}", m, r.ratios[m]) for r in h.rows if r.kind == "ratio"
              for m in h.models[1:] if m in r.ratios]
@@ -27,6 +28,9 @@ def plot(h: Headline):
     ax.set_yticks(range(len(items)), [f"{label} ({model})" for label, model, _ in items], fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
+    # Plain tick labels, no mathtext: drawn inside a widget's callback, matplotlib's log labels fail to parse.
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(f"ratio to {h.base} (95% interval)")
     ax.set_title(f"Each model against {h.base}")
     ax.grid(alpha=0.3, axis="x")

@@ -49,6 +49,10 @@ def _level(name: str, row: pd.Series, level: dict) -> list[Finding]:
     elif running is None or pd.isna(running):
         notes.append(warning(f"{name}: the server's running-requests gauge could not be read, so the concurrency "
                              "it really ran is unknown."))
+    elif row["mode"] == "concurrency" and running < row["level"] and (row.get("samples") or 0) < 3:
+        notes.append(warning(f"{name}: the server's running-requests gauge was read only {row.get('samples') or 0:g} "
+                             f"time(s) while the level ran (at most {running:g} seen), too few to show whether it "
+                             f"ran {row['level']:g} at once; lengthen the level to check it."))
     elif row["mode"] == "concurrency" and running < row["level"]:
         notes.append(warning(f"{name}: the server never ran {row['level']:g} requests at once (at most {running:g}, "
                              f"waiting up to {row.get('waiting max')}): it admits fewer (max_num_seqs or memory), "

@@ -1,0 +1,162 @@
+"""The HTML reports as a reader opens them from disk: headless Chromium, no network, tables and plots drawn.
+
+A report is opened as a file:// page; every request it makes is recorded, and anything but file: and data:
+is a request to another host, which fails the test (and is stopped before it leaves the machine).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+
+from browser import (DECODED_IMAGES, TABLES_WITH_ROWS, chromium, decode_runs_of_both_tiny_models, images_not_blank,
+                     open_page, single_colour)
+from sparknb.cli import run_notebook
+from sparknb.params import project_root
+from sparknb.report import write_html
+from sparknb.studies import mmlu_pro
+
+OFFLINE = ("file:", "data:")
+MMLU_PRO = project_root().parent / "shared" / "data" / "mmlu_pro"  # the shared copy; no download here
+PAGE = "body"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as b:
+        yield b
+
+
+@dataclass(frozen=True)
+class Case:
+    """A small `sparknb run` of one notebook and what its report must show at the least."""
+
+    parameters: Callable[[pytest.FixtureRequest, Path], dict]
+    tables: int
+    images: int
+
+
+MTP_PROMPTS = 'name: test\nprompts:\n  repetitive: "one two three four one two three four one two three four"\n'
+
+
+def _decode(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
+    server = request.getfixturevalue("tiny_dense")
+    return {"model": "tiny-dense", "endpoint": server.url, "prompt_lengths": [64, 128], "output_tokens": 16,
+            "warmup": 1, "repetitions": 1}
+
+
+def _mtp(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
+    server = request.getfixturevalue("tiny_moe")
+    prompts = tmp_path / "prompts.yaml"
+    prompts.write_text(MTP_PROMPTS)
+    return {"model": "tiny-moe", "endpoint": server.url, "prompt_set": str(prompts), "repetitions": 1,
+            "temperature": 0.0, "output_tokens": 32}
+
+
+def _prefill(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
+    server = request.getfixturevalue("tiny_dense")
+    return {"model": "tiny-dense", "endpoint": server.url, "prompt_lengths": [100, 300, 600], "warmup": 1,
+            "repetitions": 2}
+
+
+def _load(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
+    server = request.getfixturevalue("tiny_moe")
+    return {"model": "tiny-moe", "endpoint": server.url, "concurrency": [1, 2], "prompt_tokens": 128,
+            "output_tokens": 64, "requests_per_level": 4}
+
+
+def _mmlu_pro(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
+    if not (MMLU_PRO / mmlu_pro.FILES["test"]).is_file():
+        pytest.skip(f"the MMLU-Pro copy is not at {MMLU_PRO}")
+    server = request.getfixturevalue("tiny_dense")
+    return {"model": "tiny-dense", "endpoint": server.url, "dataset": str(MMLU_PRO), "per_category": 1,
+            "max_tokens": 64, "concurrency": 4}
+
+
+def _compare(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
+    runs = decode_runs_of_both_tiny_models(request.getfixturevalue("tiny_dense"), request.getfixturevalue("tiny_moe"),
+                                           tmp_path / "outputs")
+    return {"runs": [str(run) for run in runs]}
+
+
+# The notebooks whose report is checked. To add one once its notebook runs cleanly, move it from NOT_YET to
+# here with the parameters of a small run on the tiny test bed and the tables and plots its report has.
+READY: dict[str, Case] = {
+    "decode": Case(_decode, tables=1, images=1),
+    "mtp": Case(_mtp, tables=1, images=1),
+    "prefill": Case(_prefill, tables=1, images=1),
+    "load": Case(_load, tables=1, images=1),
+    "mmlu_pro": Case(_mmlu_pro, tables=1, images=1),
+    "compare": Case(_compare, tables=1, images=1),
+}
+NOT_YET: dict[str, str] = {
+    "swap": "the swap notebook starts and stops vLLM servers itself (minutes here); not yet checked in a browser",
+}
+
+
+def look_at(browser, report: Path, screenshot: Path) -> dict:
+    """Open a report from disk as a reader does; what the browser saw."""
+    page = open_page(browser, allowed=OFFLINE)
+    try:
+        page.goto(report.as_uri(), wait_until="load")
+        page.screenshot(path=str(screenshot), full_page=True)
+        return {"foreign": page.requests.foreign(),
+                "tables": page.evaluate(TABLES_WITH_ROWS, PAGE),
+                "images": page.evaluate(DECODED_IMAGES, PAGE),
+                "drawn": images_not_blank(page, PAGE),
+                "blank_page": single_colour(screenshot.read_bytes())}
+    finally:
+        page.close()
+
+
+def _png() -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([1, 3, 2])
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_a_report_asks_no_other_host_for_anything(browser, tmp_path):
+    # nbconvert's own template loads require.js and MathJax from a CDN: a report must not need them.
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("shown()")
+    cell.outputs = [nbformat.v4.new_output("display_data", {"text/html": pd.DataFrame({"tok/s": [41.5]}).to_html()}),
+                    nbformat.v4.new_output("display_data", {"image/png": _png()})]
+    nb.cells = [nbformat.v4.new_markdown_cell("# A study\nWith **findings**."), cell]
+    nbformat.write(nb, tmp_path / "executed.ipynb")
+    report = write_html(tmp_path / "executed.ipynb", tmp_path / "report.html")
+
+    seen = look_at(browser, report, tmp_path / "report.png")
+    assert seen["foreign"] == []
+    assert seen["tables"] == 1 and seen["images"] == 1 and seen["drawn"] == [True]
+    assert not seen["blank_page"]
+    assert "shown()" not in report.read_text()  # code hidden
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("notebook", [*READY, *NOT_YET])
+def test_the_report_of_a_real_run_opens_offline_with_its_tables_and_plots(notebook, browser, request, tmp_path):
+    if notebook in NOT_YET:
+        pytest.skip(NOT_YET[notebook])
+    case = READY[notebook]
+    folder = run_notebook(notebook, case.parameters(request, tmp_path), outputs=tmp_path / "outputs")
+    seen = look_at(browser, folder / "report.html", tmp_path / f"{notebook}-report.png")
+    assert seen["foreign"] == [], f"the {notebook} report asks other hosts"
+    assert seen["tables"] >= case.tables, f"the {notebook} report shows {seen['tables']} tables with rows"
+    assert seen["images"] >= case.images, f"the {notebook} report shows {seen['images']} decoded images"
+    assert all(seen["drawn"]), f"blank images in the {notebook} report: {seen['drawn']}"
+    assert not seen["blank_page"]
