@@ -64,3 +64,10 @@ def markdown(rows: list[Row]) -> str:
 
 def to_json(rows: list[Row]) -> str:
     return json.dumps([r.as_dict() for r in rows], indent=2)
+
+
+def write(run, rows: list[Row]) -> str:
+    """Into the run folder as benchy.md and benchy.json; returns the markdown for the notebook."""
+    run.write_text("benchy.md", markdown(rows) + "\n")
+    run.write_text("benchy.json", to_json(rows) + "\n")
+    return markdown(rows)

@@ -109,9 +109,16 @@ def run(file: str, *, resume: str = "", outputs: str | Path = "", log: Callable[
             mine = [c for c in todo if c.model == model]
             if not mine:
                 continue
-            with _serving(model, record) as endpoint:
-                for cell in mine:
-                    failed += not _run_cell(cell, endpoint, record, outputs, progress)
+            try:
+                with _serving(model, record) as endpoint:
+                    for cell in mine:
+                        failed += not _run_cell(cell, endpoint, record, outputs, progress)
+            except SparknbError as e:  # the model could not be served: its cells fail, the next model still runs
+                done_keys = {r.get("cell") for r in read_records(record.path) if r.get("status")}
+                for cell in (c for c in mine if c.key not in done_keys):
+                    record.record({"cell": cell.key, "status": "failed", "reason": f"server: {e}", "seconds": 0.0})
+                    progress.step(cell, f"FAILED: {model} could not be served: {str(e).splitlines()[0]}")
+                    failed += 1
     except KeyboardInterrupt:
         record.record({"event": "interrupted", "at": time.time()})
         log(f"Interrupted. Every finished cell is sealed and no server is left running; finish with\n"
@@ -177,7 +184,7 @@ def _serving(model: str | None, record: Run) -> Iterator[str | None]:
         finally:
             gone = server.stop()
             record.record({"event": "server down", "model": model, "how": gone.how, "seconds": gone.seconds})
-            name = f"server-{model}-{int(time.time())}.log"
+            name = f"server-{params.name}-{int(time.time())}.log"
             record.write_text(name, redact(server.log_text()))
 
 

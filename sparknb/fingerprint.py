@@ -249,6 +249,7 @@ FACETS: dict[str, Callable[[dict], dict]] = {
                                "quantization": fp.get("server", {}).get("quantization")},
 }
 SAME_BOX = ("host", "hardware")
+SAME_SETUP = (*SAME_BOX, "driver", "server version")  # a ratio between two models is only theirs where these match
 
 
 def differences(mine: dict, theirs: dict, facets: Iterable[str] = tuple(FACETS)) -> dict[str, list[str]]:

@@ -80,6 +80,17 @@ _OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 """
 
 
+def length_axis(ax, lengths) -> None:
+    """A log axis labelled at the lengths measured, in plain numbers."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(list(lengths)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([f"{int(n):,}" for n in lengths])
+    ax.set_xlabel("prompt length (tokens)")
+
+
 def write_html(notebook: Path, target: Path) -> Path:
     """Render once, code hidden, no script from another host; an existing report is never replaced."""
     import jinja2

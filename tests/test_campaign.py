@@ -14,6 +14,7 @@ from sparknb.cli import main
 from sparknb.errors import ParamsError
 from sparknb.params import load_campaign, project_root
 from sparknb.run import read_records, verify
+from support import free_port, model_yaml
 
 
 def _file(tmp_path, text: str):
@@ -80,7 +81,9 @@ studies:
 """)
     outputs = tmp_path / "outputs"
     command = [sys.executable, "-m", "sparknb", "campaign", "run", path, "--outputs", str(outputs)]
-    proc = subprocess.Popen(command, cwd=project_root(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # A shell starts background jobs with Ctrl-C ignored, and Python keeps it so: give the child the default back.
+    proc = subprocess.Popen(command, cwd=project_root(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 900
     record = None
     while time.monotonic() < deadline and proc.poll() is None:
@@ -121,3 +124,13 @@ studies:
     row = next(r for r in headline["rows"] if r["measure"] == "tok/s at 64 tokens")
     assert set(row["values"]) == {"tiny-moe", "tiny-dense"} and "tiny-dense" in row["ratios"]
     assert verify(report) == [] and (report / "report.html").exists()
+
+
+def test_a_model_that_cannot_be_served_fails_its_cells_and_the_campaign_goes_on(tmp_path):
+    broken = model_yaml(tmp_path, "broken", {"start": f"{sys.executable} -c 'import sys; sys.exit(3)'",
+                                             "ready_timeout_s": 30}, port=free_port())
+    path = _file(tmp_path, f"name: broken\nmodels: [{broken}]\nstudies: {{decode: {{prompt_lengths: [64]}}}}\n")
+    folder = campaign.run(path, outputs=tmp_path / "outputs", log=lambda line: None)
+    (cell,) = [r for r in read_records(folder) if r.get("cell")]
+    assert cell["status"] == "failed" and cell["reason"].startswith("server: ") and "exited with code 3" in cell["reason"]
+    assert not (folder / "manifest.json").exists()  # not every cell done: left open for --resume

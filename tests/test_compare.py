@@ -158,3 +158,21 @@ def test_mmlu_pro_is_compared_on_the_shared_questions_with_a_paired_interval(tmp
     assert paired.ratios["dense-27b"] == expected and paired.kind == "difference"
     assert "McNemar p = " in paired.note and "15 discordant" in paired.note and "questions" in paired.note
     assert "data cannot tell them apart on paired difference" in compare.story(h)  # [-35.6, +10.6] holds 0
+
+
+
+def test_a_run_whose_box_slowed_down_during_its_sweep_is_named(tmp_path):
+    steady = decode_run(tmp_path, "moe-35b", 26.0, fingerprint(), seed=1)
+    slowing = Run.create("decode", {"notebook": "decode", "model": {"name": "dense-27b"},
+                                    "settings": {"prompt_lengths": [111, 5378], "repetitions": 5}},
+                         outputs=tmp_path, label="dense-27b")
+    slowing.write_json("fingerprint.json", fingerprint())
+    for seq, tps in enumerate([8.9, 8.8, 8.9, 8.85, 6.0], 1):  # the last request at the length: a third slower
+        slowing.record({"seq": seq, "prompt_length": 111, "rep": seq - 1, "warmup": False, "prompt_tokens": 111,
+                        "completion_tokens": 150, "decode_tokens": 149, "ttft_s": 0.1, "decode_s": 149 / tps,
+                        "decode_tokens_per_s": tps, "interference": None, "server": {}})
+    slowing.seal()
+    plan = compare.Plan.build(runs=[steady.id, slowing.id], outputs=str(tmp_path))
+    (warned,) = compare.warnings(plan.past)
+    assert warned.level == "warning" and f"decode run {slowing.id} (dense-27b)" in warned.text
+    assert "8.9 first, 6.0 last" in warned.text

@@ -10,7 +10,7 @@ import pytest
 from sparknb import bandwidth
 from sparknb.cli import main
 from sparknb.client import Endpoint, EndpointError
-from sparknb.errors import GuardError, ParamsError
+from sparknb.errors import DataError, GuardError, ParamsError
 from sparknb.params import load_hardware, load_model
 from sparknb.prompts import PromptMaker
 from sparknb.run import read_records, verify
@@ -311,3 +311,20 @@ def test_a_box_that_slows_down_during_the_sweep_is_named():
     slowing = _measured([(111, 149 / v, 149 / v, None) for v in (8.4, 8.2, 8.3, 6.1)])
     (finding,) = decode.drifts(slowing, "decode_tok_s", "decode tok/s")
     assert finding.level == "warning" and "8.4 first, 6.1 last (-27%" in finding.text
+
+
+
+def test_compare_with_sets_earlier_runs_beside_this_one_with_intervals(tmp_path):
+    from test_compare import decode_run, fingerprint
+
+    earlier = decode_run(tmp_path, "dense-27b", 8.9, fingerprint(host="box-b"), seed=2)
+    plan = decode.Plan.build(prompt_lengths=[111, 5378], compare_with=earlier.id, outputs=str(tmp_path))
+    assert [r.id for r in plan.past] == [earlier.id]
+    mine = decode.frame(read_records(decode_run(tmp_path, "moe-35b", 26.0, fingerprint(), seed=1).path))
+    study = types.SimpleNamespace(model=types.SimpleNamespace(name="moe-35b"), fingerprint=fingerprint())
+    table, notes = decode.compare(mine, study, plan.past)
+    row = table[table["prompt tokens"] == 111].iloc[0]
+    assert row["theirs / this"] == pytest.approx(8.9 / 26.0, rel=0.03) and row["95% high"] < 1
+    assert any(n.level == "warning" and "ran elsewhere: host differs" in n.text for n in notes)
+    with pytest.raises(DataError, match="no such run folder"):
+        decode.Plan.build(prompt_lengths=[111], compare_with=["no-such-run"], outputs=str(tmp_path))

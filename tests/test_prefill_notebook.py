@@ -64,6 +64,10 @@ def check_plain_run(nb, folder, model):
     check_fit(summary, records)
     assert "A single short-prompt test (100 tokens)" in summary["story"] and model in summary["story"]
     assert not [f for f in summary["findings"] if "could not be checked" in f["text"]]  # vLLM counts cache hits
+    shared = {row["test"]: row for row in json.loads((folder / "benchy.json").read_text())}  # pp rows, as posted
+    for n in (100, 300, 600):
+        ttfts = [r["ttft_s"] for r in records if r["prompt_length"] == n and not r["warmup"]]
+        assert shared[f"pp{n}"]["tokens_per_s"] == pytest.approx(sum(n / s for s in ttfts) / len(ttfts))
     assert verify(folder) == []
     text = outputs_text(nb)
     assert "vLLM prefill ms" in text and "fixed overhead per request" in text and "image/png" in text
@@ -151,7 +155,7 @@ def test_bad_input_is_refused_before_any_request(tmp_path, tiny_dense, dense_run
 
 @pytest.mark.server
 def test_a_sweep_that_repeats_one_prompt_on_purpose_is_caught(tmp_path, tiny_dense):
-    plan = prefill.Plan.build(prompt_lengths=[300, 400], warmup=0, repetitions=2)
+    plan = prefill.Plan.build(prompt_lengths=[300, 400], warmup=0, repetitions=2, order="grouped")
     study = start("prefill", model="tiny-dense", settings=plan.settings(), endpoint=tiny_dense.url,
                   outputs=str(tmp_path))
     try:

@@ -144,7 +144,8 @@ def test_the_same_answer_as_the_synchronous_client_by_the_same_rules(tiny_moe):
     sync = Endpoint(tiny_moe.url, "tiny-moe").complete([5] * 40, max_tokens=48)
     answer = stream.run(lambda: stream.AsyncEndpoint(tiny_moe.url, "tiny-moe").complete([5] * 40, max_tokens=48))
     assert answer.completion_tokens == sync.completion_tokens == 48 == sum(answer.chunk_tokens)
-    assert answer.text == sync.text and answer.chunk_tokens == sync.chunk_tokens
+    # The same greedy text; how the server splits it into chunks depends on when each client reads.
+    assert answer.text == sync.text and sum(answer.chunk_tokens) == sum(t or 0 for t in sync.chunk_tokens)
     assert 0 < answer.ttft_s <= answer.last_token_s <= answer.total_s
     assert answer.decode_tokens == 48 - answer.chunk_tokens[0]
 

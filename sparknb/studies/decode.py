@@ -6,18 +6,18 @@ ignore_eos), so every repetition does the same work. Warmup requests are recorde
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import pandas as pd
-from pydantic import Field
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from .. import benchy, params
+from .. import benchy, fingerprint, params, stats
 from ..bandwidth import Limit
 from ..client import Endpoint, ServerInfo
 from ..errors import ParamsError
 from ..prompts import PromptMaker
-from ..report import Finding, info, warning
-from ..run import measured
+from ..report import Finding, info, length_axis, warning
+from ..run import PastRun, measured, read_past
 from ..study import Study, drifts, schedule
 
 
@@ -31,6 +31,25 @@ class Plan(params.Plan):
     temperature: float = Field(0.0, ge=0, le=2)
     order: Literal["shuffled", "grouped"] = Field("shuffled", description="shuffled (seeded) or grouped by length")
     seed: int = 0
+    compare_with: list[str] = Field(default_factory=list, description="earlier decode runs: folders or run ids")
+    outputs: str = Field("", exclude=True)
+    _past: list[PastRun] = PrivateAttr(default_factory=list)
+
+    @field_validator("compare_with", mode="before")
+    @classmethod
+    def _one_run(cls, value: Any) -> Any:
+        """`sparknb run -p compare_with RUN` gives one run as a string."""
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _read(self) -> Plan:
+        """The earlier runs, read once and verified, before any request."""
+        self._past = read_past(self.compare_with, "decode", outputs=self.outputs)
+        return self
+
+    @property
+    def past(self) -> list[PastRun]:
+        return list(self._past)
 
     def check_server(self, server: ServerInfo, endpoint: Endpoint | None = None) -> None:
         """Every prompt plus its answer must fit the model's context, or the server would refuse halfway."""
@@ -176,13 +195,38 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, limit: Limit, hardware: str)
     return notes
 
 
+def compare(df: pd.DataFrame, study: Study, past: list[PastRun]) -> tuple[pd.DataFrame, list[Finding]]:
+    """Earlier runs beside this one at the lengths both measured: each one's median decode tok/s over this
+    run's, with a 95% bootstrap interval, every figure of theirs from their own sealed records."""
+    mine = df[df["interference"].isna()]
+    rows, notes = [], []
+    for run in past:
+        theirs = frame(run.records)
+        theirs = theirs[theirs["interference"].isna()] if len(theirs) else theirs
+        label = f"{run.label} ({run.id})"
+        for facet, diffs in fingerprint.differences(study.fingerprint, run.fingerprint, fingerprint.SAME_SETUP).items():
+            notes.append(warning(f"{label} ran elsewhere: {facet} differs: {', '.join(diffs)}."))
+        if run.failure:
+            notes.append(warning(f"{label} failed halfway ({run.failure.get('reason')}): its figures come from the "
+                                 "requests it measured before it stopped."))
+        shared = sorted(set(mine["prompt_length"]) & set(theirs.get("prompt_length", [])))
+        missing = sorted(set(mine["prompt_length"]) - set(shared))
+        if missing:
+            notes.append(info(f"{label} has no clean request at {missing} tokens: no ratio there."))
+        for n in shared:
+            a = theirs[theirs["prompt_length"] == n]["decode_tok_s"].dropna()
+            b = mine[mine["prompt_length"] == n]["decode_tok_s"].dropna()
+            ratio = stats.median_ratio(a.tolist(), b.tolist())
+            rows.append({"prompt tokens": int(n), "run": label, "their tok/s": float(a.median()),
+                         f"{study.model.name} tok/s": float(b.median()), "theirs / this": ratio.estimate,
+                         "95% low": ratio.low, "95% high": ratio.high})
+    return pd.DataFrame(rows), notes
+
+
 def share(study: Study, df: pd.DataFrame, plan: Plan) -> str:
     """The sweep as the rows Spark owners post (tg at each depth), written beside the run's own tables."""
     clean = df[df["interference"].isna()]
-    rows = benchy.generation_rows(study.model.name, clean, plan.output_tokens)
-    study.run.write_text("benchy.md", benchy.markdown(rows) + "\n")
-    study.run.write_text("benchy.json", benchy.to_json(rows) + "\n")
-    return benchy.markdown(rows)
+    return benchy.write(study.run, benchy.generation_rows(study.model.name, clean, plan.output_tokens))
 
 
 def plot(table: pd.DataFrame, study: Study):
@@ -196,8 +240,7 @@ def plot(table: pd.DataFrame, study: Study):
     ax.fill_between(x, table["min"], table["max"], alpha=0.2, label="min to max")
     if table["limit tok/s"].notna().all():
         ax.plot(x, table["limit tok/s"], "k--", label="bandwidth limit")
-    ax.set_xscale("log")
-    ax.set_xlabel("prompt length (tokens)")
+    length_axis(ax, x)
     ax.set_ylabel("decode tokens per second")
     ax.set_ylim(bottom=0)
     ax.set_title(f"Decode speed against context: {study.model.name} on {study.hardware.name}")

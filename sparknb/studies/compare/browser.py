@@ -45,7 +45,9 @@ def browser(show: Callable[[Plan], None], outputs: str | Path = "", selected: tu
         out.clear_output()
         with out:
             try:
-                show(Plan.build(runs=list(picker.value), outputs=str(outputs or "")))
+                picked = list(picker.value)  # the list's order is newest first: keep the notebook's base model
+                runs = [v for v in selected if v in picked] + [v for v in picked if v not in selected]
+                show(Plan.build(runs=runs, outputs=str(outputs or "")))
             except Exception as e:  # shown to the reader, who picks again
                 print(f"Cannot compare these runs: {e}")
 

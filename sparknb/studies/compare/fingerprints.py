@@ -5,8 +5,10 @@ from __future__ import annotations
 import pandas as pd
 
 from ... import fingerprint
-from ...report import Finding, warning
+from ...report import Finding, duration, warning
 from ...run import PastRun
+from ...study import drifts
+from .. import decode, prefill
 
 # Settings that differ between runs on purpose, or that do not change what is measured.
 NOT_A_DIFFERENCE = {"model", "models", "endpoint", "run_id", "outputs", "seal", "force", "compare_with",
@@ -57,6 +59,7 @@ def warnings(past: list[PastRun]) -> list[Finding]:
         if differ:
             notes.append(warning(f"The {run.notebook} runs {first.id} and {run.id} were run with different settings: "
                                  + "; ".join(f"{k} {mine.get(k)!r} vs {theirs.get(k)!r}" for k in differ) + "."))
+    notes += _drifts(past)
     builds = {}
     for run in past:
         server = run.fingerprint.get("server") or {}
@@ -64,4 +67,19 @@ def warnings(past: list[PastRun]) -> list[Finding]:
     for label, kinds in builds.items():
         if len(kinds) > 1:
             notes.append(warning(f"{label} was served as different builds across its runs: {sorted(map(str, kinds))}."))
+    return notes
+
+
+def _drifts(past: list[PastRun]) -> list[Finding]:
+    """A run whose box warmed up or slowed down during its sweep: its first and last requests at the same
+    length differ beyond the spread of the ones between (decode and prefill runs taken in order)."""
+    notes = []
+    for run in past:
+        if run.notebook == "decode":
+            found = drifts(decode.frame(run.records), "decode_tok_s", "decode tok/s")
+        elif run.notebook == "prefill":
+            found = drifts(prefill.frame(run.records), "ttft_s", "TTFT", duration)
+        else:
+            continue
+        notes += [warning(f"{run.notebook} run {run.id} ({run.label}): {f.text}") for f in found]
     return notes

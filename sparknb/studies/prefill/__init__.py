@@ -13,11 +13,11 @@ from .fit import LEVEL, Estimate, Fit, fit
 from .measure import CacheCount, check_no_cache_hits, repeating, sweep
 from .plan import DEFAULT_LENGTHS, NOTEBOOK, Plan
 from .plots import plot, plot_comparison
-from .tables import frame, measured_lengths, summarize
+from .tables import frame, measured_lengths, share, summarize
 
 __all__ = [
     "DEFAULT_LENGTHS", "LEVEL", "NOTEBOOK", "CacheCount", "CacheHitError", "Comparison", "Estimate", "Fit",
     "FitError", "Plan", "check_no_cache_hits", "compare", "findings", "fit", "frame",
-    "measured_lengths", "plot", "plot_comparison", "ratio_table", "repeating", "story", "summarize", "summary",
+    "measured_lengths", "plot", "plot_comparison", "ratio_table", "repeating", "share", "story", "summarize", "summary",
     "sweep",
 ]

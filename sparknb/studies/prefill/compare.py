@@ -19,9 +19,6 @@ from ...study import Study, fingerprint_table
 from .fit import LEVEL
 from .tables import clean, frame, summarize
 
-# A ratio between two models is only a ratio of models where these are the same.
-ELSEWHERE = ("host", "hardware", "driver", "server version")
-
 
 def ratio_table(frames: dict[str, pd.DataFrame], base: str, level: float = LEVEL, seed: int = 0) -> pd.DataFrame:
     """Median TTFT of every run per length, and each other run's over the base run's, with an interval.
@@ -86,7 +83,7 @@ def compare(df: pd.DataFrame, study: Study, others: Sequence[PastRun], allow_cac
     frames = {base: df} | {label: frame(o.records) for label, o in zip(labels[1:], others)}
     warnings = []
     for label, o in zip(labels[1:], others):
-        for facet, diffs in fingerprint.differences(study.fingerprint, o.fingerprint, ELSEWHERE).items():
+        for facet, diffs in fingerprint.differences(study.fingerprint, o.fingerprint, fingerprint.SAME_SETUP).items():
             warnings.append(warning(f"{label} ran elsewhere: {facet} differs: {', '.join(diffs)}."))
         if o.failure:
             warnings.append(warning(f"{label} ({o.id}) failed halfway ({o.failure.get('reason')}): its figures come "

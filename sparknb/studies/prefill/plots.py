@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ...report import length_axis
 from .compare import Comparison
 from .fit import LEVEL, Fit
 
@@ -30,12 +31,12 @@ def plot(table: pd.DataFrame, fit_: Fit | None, label: str, allow_cache_hits: bo
         if fit_.overhead_s.value > 0:  # a log axis cannot show zero or less
             ax.axhline(1000 * fit_.overhead_s.value, color="grey", ls=":", label="fixed overhead")
     _log_ms_axis(ax)
-    _length_axis(ax, x)
+    length_axis(ax, x)
     ax.set_ylabel("time to first token (ms)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     ax2.plot(x, table["prefill tok/s"], "o-")
-    _length_axis(ax2, x)
+    length_axis(ax2, x)
     ax2.set_ylim(bottom=0)
     ax2.set_ylabel("prefill tokens per second (prompt / TTFT)")
     ax2.grid(alpha=0.3)
@@ -55,7 +56,7 @@ def plot_comparison(comparison: Comparison):
     for label in (comparison.base, *comparison.labels):
         ax.plot(x, t[f"{label} TTFT ms"], "o-", label=label)
     _log_ms_axis(ax)
-    _length_axis(ax, x)
+    length_axis(ax, x)
     ax.set_ylabel("median time to first token (ms)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
@@ -68,24 +69,13 @@ def plot_comparison(comparison: Comparison):
         if f"{col} (vLLM)" in t:
             ax2.plot(x, t[f"{col} (vLLM)"], "s--", color=f"C{i}", alpha=0.6, label=f"{col}, vLLM's own TTFT")
     ax2.axhline(1, color="grey", ls=":")
-    _length_axis(ax2, x)
+    length_axis(ax2, x)
     ax2.set_ylabel("TTFT ratio")
     ax2.grid(alpha=0.3)
     ax2.legend(fontsize=8)
     fig.suptitle("Time to first token, run against run")
     fig.tight_layout()
     return fig
-
-
-def _length_axis(ax, lengths) -> None:
-    """A log axis labelled at the lengths measured, in plain numbers."""
-    from matplotlib.ticker import FixedLocator, NullLocator
-
-    ax.set_xscale("log")
-    ax.xaxis.set_major_locator(FixedLocator(list(lengths)))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xticklabels([f"{int(n):,}" for n in lengths])
-    ax.set_xlabel("prompt length (tokens)")
 
 
 def _log_ms_axis(ax) -> None:

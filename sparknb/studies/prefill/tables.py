@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from ... import benchy
 from ...run import measured
 
 COLUMNS = ["seq", "prompt_length", "rep", "prompt_tokens", "completion_tokens", "ttft_s", "server_ttft_s",
@@ -86,3 +87,9 @@ def _hit_percent(g: pd.DataFrame) -> float | None:
         return None
     queries = g["cache_queries"].sum()
     return 100 * g["cache_hits"].sum() / queries if queries else None
+
+
+def share(study, df: pd.DataFrame) -> str:
+    """The sweep as the rows Spark owners post (pp at each length, from an empty cache), written beside the run's
+    own tables as benchy.md and benchy.json."""
+    return benchy.write(study.run, benchy.processing_rows(study.model.name, clean(df)))
