@@ -9,10 +9,17 @@ import os
 import re
 import string
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from .errors import ParamsError, SparknbError
 from .redaction import looks_secret
@@ -189,6 +196,10 @@ class CampaignParams(Strict):
 def project_root() -> Path:
     """The folder holding params/ and outputs/: $SPARKNB_HOME, else the checkout this package lives in."""
     return Path(os.environ.get("SPARKNB_HOME") or Path(__file__).resolve().parents[1])
+
+
+# Earlier runs named by a notebook parameter: `sparknb run -p compare_with RUN` gives one as a plain string.
+RunIds = Annotated[list[str], BeforeValidator(lambda v: ([v] if v.strip() else []) if isinstance(v, str) else v)]
 
 
 class Plan(BaseModel):

@@ -6,10 +6,10 @@ ignore_eos), so every repetition does the same work. Warmup requests are recorde
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import pandas as pd
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from .. import benchy, fingerprint, params, stats
 from ..bandwidth import Limit
@@ -31,15 +31,9 @@ class Plan(params.Plan):
     temperature: float = Field(0.0, ge=0, le=2)
     order: Literal["shuffled", "grouped"] = Field("shuffled", description="shuffled (seeded) or grouped by length")
     seed: int = 0
-    compare_with: list[str] = Field(default_factory=list, description="earlier decode runs: folders or run ids")
+    compare_with: params.RunIds = Field(default_factory=list, description="earlier decode runs: folders or run ids")
     outputs: str = Field("", exclude=True)
     _past: list[PastRun] = PrivateAttr(default_factory=list)
-
-    @field_validator("compare_with", mode="before")
-    @classmethod
-    def _one_run(cls, value: Any) -> Any:
-        """`sparknb run -p compare_with RUN` gives one run as a string."""
-        return [value] if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _read(self) -> Plan:

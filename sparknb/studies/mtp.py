@@ -33,7 +33,7 @@ class Plan(params.Plan):
     repetitions: int = Field(3, ge=1)
     temperature: float = Field(0.7, ge=0, le=2)
     output_tokens: int = Field(512, ge=16)
-    compare_with: list[str] = Field(default_factory=list, description="earlier mtp run folders or run ids")
+    compare_with: params.RunIds = Field(default_factory=list, description="earlier mtp run folders or run ids")
     outputs: str = Field("", exclude=True)
     _prompts: dict[str, str] = PrivateAttr(default_factory=dict)
     _past: list[PastRun] = PrivateAttr(default_factory=list)

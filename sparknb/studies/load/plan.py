@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from ... import params
 from ...client import Endpoint, ServerInfo
@@ -56,15 +56,9 @@ class Plan(params.Plan):
     slo_ttft_s: float = Field(2.0, gt=0, description="the longest TTFT a request may take to count as goodput")
     slo_tpot_s: float = Field(0.1, gt=0, description="the longest time per output token to count as goodput")
     temperature: float = Field(0.0, ge=0, le=2)
-    compare_with: list[str] = Field([], description="run folders or run ids of earlier load runs")
+    compare_with: params.RunIds = Field([], description="run folders or run ids of earlier load runs")
     _past: list[PastRun] = PrivateAttr(default_factory=list)
     _prompts: Prompts | None = PrivateAttr(default=None)
-
-    @field_validator("compare_with", mode="before")
-    @classmethod
-    def _one_run(cls, value: Any) -> Any:
-        """`sparknb run -p compare_with RUN` gives one run as a string."""
-        return [value] if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _one_kind_of_level(self) -> Plan:

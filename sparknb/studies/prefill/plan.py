@@ -32,15 +32,9 @@ class Plan(params.Plan):
     allow_cache_hits: bool = Field(False, description="true or false")
     order: Literal["shuffled", "grouped"] = Field("shuffled", description="shuffled (seeded) or grouped by length")
     seed: int = 0
-    compare_with: list[str] = Field(
+    compare_with: params.RunIds = Field(
         [], description="run folders or run ids of earlier prefill runs")
     _past: list[PastRun] = PrivateAttr(default_factory=list)
-
-    @field_validator("compare_with", mode="before")
-    @classmethod
-    def _one_run(cls, value: Any) -> Any:
-        """`sparknb run -p compare_with RUN` gives one run as a string."""
-        return [value] if isinstance(value, str) else value
 
     @field_validator("compare_with")
     @classmethod
