@@ -109,13 +109,14 @@ def run(file: str, *, resume: str = "", outputs: str | Path = "", log: Callable[
             mine = [c for c in todo if c.model == model]
             if not mine:
                 continue
+            ran = len(read_records(record.path))
             try:
                 with _serving(model, record) as endpoint:
                     for cell in mine:
                         failed += not _run_cell(cell, endpoint, record, outputs, progress)
             except SparknbError as e:  # the model could not be served: its cells fail, the next model still runs
-                done_keys = {r.get("cell") for r in read_records(record.path) if r.get("status")}
-                for cell in (c for c in mine if c.key not in done_keys):
+                settled = {r.get("cell") for r in read_records(record.path)[ran:] if r.get("status")}
+                for cell in (c for c in mine if c.key not in settled):
                     record.record({"cell": cell.key, "status": "failed", "reason": f"server: {e}", "seconds": 0.0})
                     progress.step(cell, f"FAILED: {model} could not be served: {str(e).splitlines()[0]}")
                     failed += 1
