@@ -121,7 +121,7 @@ class Study:
             _open.remove(self)
 
     def fingerprint_table(self) -> pd.DataFrame:
-        return fingerprint_table(self.fingerprint)
+        return fingerprint.table(self.fingerprint)
 
 
 def schedule(lengths: Sequence[int], warmup: int, repetitions: int, order: str = "shuffled",
@@ -235,6 +235,3 @@ def server_view(d: metrics.Delta) -> dict:
                        ("queue_s", metrics.QUEUE), ("e2e_s", metrics.E2E)):
         view[name] = d.mean(hist)
     return view | {"spec_decode": d.spec_decode(), "unchecked": metrics.unchecked(d)}
-
-
-fingerprint_table = fingerprint.table  # where prefill's comparison and the swap study find it

@@ -23,7 +23,8 @@ from sparknb.params import load_model, project_root
 from sparknb.prompts import PromptMaker
 from sparknb.run import read_records, verify
 from sparknb.serving import lifecycle, targets, testbed
-from sparknb.study import fingerprint_table, server_view
+from sparknb.fingerprint import table as fingerprint_table
+from sparknb.study import server_view
 from support import free_port, outputs_text, run_notebook
 
 REPO_ID = "sparknb/tiny-dense"

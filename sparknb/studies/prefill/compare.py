@@ -15,7 +15,7 @@ from ... import fingerprint, stats
 from ...errors import DataError
 from ...report import Finding, as_records, markdown, warning
 from ...run import PastRun
-from ...study import Study, fingerprint_table
+from ...study import Study
 from .fit import LEVEL
 from .tables import clean, frame, summarize
 
@@ -95,7 +95,7 @@ def compare(df: pd.DataFrame, study: Study, others: Sequence[PastRun], allow_cac
     prints = {}
     for label, run_id, fp in zip(labels, ids, [study.fingerprint, *(o.fingerprint for o in others)]):
         try:
-            rows = fingerprint_table(fp)["value"]
+            rows = fingerprint.table(fp)["value"]
         except (KeyError, TypeError, AttributeError):
             rows = pd.Series({"fingerprint": "incomplete; see its fingerprint.json"})
         prints[label] = pd.concat([pd.Series({"run": run_id}), rows])
