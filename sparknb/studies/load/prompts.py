@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from .plan import Plan
 
 OPENING = 8  # random tokens at the start of an exact-length prompt: 4096 ** 8 ways, no two alike
-OPENING_MARGIN = 8  # tokens a text's random opening word may add
+OPENING_HEX_BYTES = 4  # a text's random opening word: 8 hex digits and ": ", 2 ** 32 ways
+# Tokens that word may add at most: one per character, plus one where the space splits the text's first word.
+OPENING_MARGIN = 2 * OPENING_HEX_BYTES + len(": ") + 1
 MMLU_PER_CATEGORY = 20
 
 
@@ -52,7 +54,7 @@ class Prompts:
             return lambda ep: ep.complete(ids, max_tokens=self.max_tokens, temperature=self.temperature,
                                           ignore_eos=True)
         order = random.Random(self.seed + index // len(self.texts)).sample(range(len(self.texts)), len(self.texts))
-        text = f"{secrets.token_hex(4)}: {self.texts[order[index % len(self.texts)]]}"
+        text = f"{secrets.token_hex(OPENING_HEX_BYTES)}: {self.texts[order[index % len(self.texts)]]}"
         return lambda ep: ep.chat([{"role": "user", "content": text}], max_tokens=self.max_tokens,
                                   temperature=self.temperature, ignore_eos=True)
 
