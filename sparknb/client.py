@@ -242,12 +242,7 @@ class Endpoint:
                             temperature=temperature, stop=stop, extra_body=self._extras(ignore_eos, max_tokens, extra))
 
     def _extras(self, ignore_eos: bool, max_tokens: int, extra: dict) -> dict:
-        """vLLM's own fields; elsewhere a fixed answer length is asked in transformers serve's way
-        (a generation config with min_new_tokens), and a server that ignores it may stop early."""
-        if self.extensions:
-            return {"return_token_ids": True, "ignore_eos": ignore_eos, **extra}
-        fixed = {"generation_config": json.dumps({"min_new_tokens": max_tokens})} if ignore_eos else {}
-        return fixed | extra
+        return request_fields(self.extensions, ignore_eos, max_tokens) | extra
 
     def _stream(self, create, **kw) -> Completion:
         done = Completion(started_at=now())
@@ -280,6 +275,15 @@ class Endpoint:
                                 f"after {len(done.chunk_times)} chunks.")
         done.total_s = time.perf_counter() - sent
         return done
+
+
+def request_fields(vllm: bool, ignore_eos: bool, max_tokens: int) -> dict:
+    """The request fields beyond OpenAI's: vLLM's own where it is vLLM; elsewhere a fixed answer length is
+    asked in transformers serve's way (a generation config with min_new_tokens), as a server that
+    refuses fields it does not know would refuse vLLM's, and one that ignores it may stop early."""
+    if vllm:
+        return {"return_token_ids": True, "ignore_eos": ignore_eos}
+    return {"generation_config": json.dumps({"min_new_tokens": max_tokens})} if ignore_eos else {}
 
 
 def _version(answer: httpx.Response) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from .client import Completion, now
+from .client import Completion, now, request_fields
 from .errors import EndpointError
 from .redaction import redact
 
@@ -176,14 +176,16 @@ class _Exchange(asyncio.Protocol):
 class AsyncEndpoint:
     """An OpenAI-compatible server and one model on it, for many streamed requests at once. `on_chunk`
     runs on the event loop for every chunk that carries tokens: a test hook that loads the client on
-    purpose, to show that a level whose client cannot keep up is caught."""
+    purpose, to show that a level whose client cannot keep up is caught. `vllm` false (a server without
+    /version, see client.Endpoint.info) sends none of vLLM's request fields, as client.py does."""
 
     def __init__(self, url: str, model: str, api_key: str | None = None, timeout: float = 600.0,
-                 on_chunk: Callable[[], None] | None = None):
+                 on_chunk: Callable[[], None] | None = None, vllm: bool = True):
         parts = urlsplit(url.rstrip("/"))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise EndpointError(f"{redact(url)} is not an http(s) URL; give the server's base URL ending in /v1.")
         self.url, self.model, self.timeout, self.on_chunk = url.rstrip("/"), model, timeout, on_chunk
+        self.vllm = vllm
         self.shown = redact(self.url)
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -194,15 +196,19 @@ class AsyncEndpoint:
     async def complete(self, prompt: str | list[int], max_tokens: int, temperature: float = 0.0,
                        ignore_eos: bool = True, stop: list[str] | None = None, **extra: Any) -> Streamed:
         """A text completion; a list of token ids is sent as is, so its length is exact."""
+        if isinstance(prompt, list) and not self.vllm:
+            raise EndpointError(f"{self.shown} is not vLLM: a prompt of token ids needs client.Endpoint, which "
+                                "sends it as the local tokenizer's text.")
         return await self._stream("/completions", {"prompt": prompt, "max_tokens": max_tokens,
                                                    "temperature": temperature, "stop": stop,
-                                                   "ignore_eos": ignore_eos, **extra})
+                                                   **request_fields(self.vllm, ignore_eos, max_tokens), **extra})
 
     async def chat(self, messages: list[dict], max_tokens: int, temperature: float = 0.0,
                    ignore_eos: bool = False, stop: list[str] | None = None, **extra: Any) -> Streamed:
         return await self._stream("/chat/completions", {"messages": messages, "max_tokens": max_tokens,
                                                         "temperature": temperature, "stop": stop,
-                                                        "ignore_eos": ignore_eos, **extra})
+                                                        **request_fields(self.vllm, ignore_eos, max_tokens),
+                                                        **extra})
 
     async def get(self, path: str) -> bytes:
         """A GET on the server's root (e.g. /metrics), read whole; for sampling while streams run."""
@@ -243,7 +249,7 @@ class AsyncEndpoint:
         done = Streamed(started_at=now())
         events = _Events(done, self.on_chunk)
         payload = json.dumps({"model": self.model, "stream": True, "stream_options": {"include_usage": True},
-                              "return_token_ids": True, **body}).encode()
+                              **body}).encode()
         exchange, sent, ended = await self._exchange(self._request("POST", self._prefix + path, payload), events)
         if exchange.status == 401:
             raise EndpointError(f"{self.shown} refused the API key (401). Set the environment variable named by "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from . import bandwidth, fingerprint, guard, metrics, probe, telemetry
+from . import bandwidth, fingerprint, guard, metrics, probe, stream, telemetry
 from .client import Completion, Endpoint, ServerInfo
 from .errors import ParamsError
 from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
@@ -51,6 +51,11 @@ class Study:
     @property
     def limit(self) -> bandwidth.Limit:
         return bandwidth.limit(self.model, self.hardware)
+
+    def streaming(self, on_chunk: Callable[[], None] | None = None) -> stream.AsyncEndpoint:
+        """The same server and model for many requests at once (stream.batch), with what info() found of it."""
+        ep = self.endpoint
+        return stream.AsyncEndpoint(ep.url, ep.model, self.model.api_key(), on_chunk=on_chunk, vllm=ep.extensions)
 
     def request(self, tag: dict, call: Callable[[Endpoint], Completion], *, settle_s: float = 5.0) -> dict:
         """Send one request, read the server's counters around it, and record both at once.

@@ -24,8 +24,10 @@ from sparknb.prompts import PromptMaker
 from sparknb.run import read_records, verify
 from sparknb.serving import lifecycle, targets, testbed
 from sparknb.fingerprint import table as fingerprint_table
-from sparknb.study import server_view
+from sparknb.studies import mmlu_pro as m
+from sparknb.study import server_view, start
 from support import free_port, outputs_text, run_notebook
+from test_mmlu_pro_data import synthetic
 
 REPO_ID = "sparknb/tiny-dense"
 NEEDS = ("transformers", "fastapi", "uvicorn", "accelerate")  # what `transformers serve` imports
@@ -133,3 +135,20 @@ def test_the_decode_notebook_runs_and_says_what_it_could_not_check(served, tmp_p
     assert set(fingerprint["server"]["not_available"]) == {"/version", "/tokenize", "/metrics"}
     guard = json.loads((folder / "params.json").read_text())["guard"]
     assert any("not available from this server" in note for note in guard["notes"]) and not guard["forced"]
+
+
+def test_mmlu_pro_asks_every_question_without_vllms_own_request_fields(served, tmp_path):
+    # transformers serve refuses a request that carries fields it does not know (vLLM's return_token_ids,
+    # ignore_eos): the batch client must send plain OpenAI requests to it, as client.Endpoint does.
+    path, _ = served
+    work = m.prepare(m.Plan.build(per_category=2, max_tokens=12, concurrency=3), str(path), synthetic(per=2))
+    study = start(m.NOTEBOOK, model=str(path), settings=work.settings(), outputs=str(tmp_path),
+                  validate=work.check_server)
+    assert not study.streaming().vllm
+    batch = m.ask(study, work, log=lambda _: None)
+    study.finish({})
+    records = read_records(study.run.path)
+    assert batch.asked == len(records) == len(work.questions) == 6
+    assert not [r["error"] for r in records if "error" in r]
+    assert all(0 < r["completion_tokens"] <= 12 and r["prompt_tokens"] > 0 for r in records)
+    assert batch.server_e2e_s is None and batch.interference is None  # no /metrics: unknown, never zero

@@ -34,8 +34,7 @@ def sweep(study: Study, plan: Plan, *, on_chunk: Callable[[], None] | None = Non
           log: Callable[[str], None] = print) -> tuple[list[dict], str | None]:
     """Every level of the plan, in order; returns the run's records and a note on levels left out.
     `on_chunk` is the test hook that loads the client on purpose (see stream.AsyncEndpoint)."""
-    endpoint = stream.AsyncEndpoint(study.endpoint.url, study.endpoint.model, study.model.api_key(),
-                                    on_chunk=on_chunk)
+    endpoint = study.streaming(on_chunk)
     capacity = kv_capacity(stream.run(lambda: endpoint.get("/metrics")), plan.source.longest + plan.output_tokens)
     levels, note = plan.levels(capacity)
     log(note or f"Measuring {', '.join(lv.name for lv in levels)} with {plan.source.kind} prompts.")

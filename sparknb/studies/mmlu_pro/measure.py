@@ -1,7 +1,9 @@
 """Asking: every question not answered before, `concurrency` at a time.
 
-Each answer is recorded the moment it ends (from the asking thread only, so lines never
-interleave), so a run stopped halfway keeps what it got; `resume_from` then asks only the rest.
+The questions go out through stream.batch, the asyncio client the load study uses (microseconds a
+chunk, and vLLM's own timings of each answer kept). Each answer is on disk the moment it ends, before
+the next question goes out (from the batch's one thread, so lines never interleave): a run stopped
+halfway keeps what it got, and `resume_from` then asks only the rest.
 The batch figures come with the server's counters around the whole batch, which say whether
 anything else used the server meanwhile.
 """
@@ -11,13 +13,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 
-from ... import metrics
+from ... import metrics, stream
 from ...client import Completion, Endpoint
 from ...errors import EndpointError, StudyError
-from ...run import Run
 from ...study import Study
 from .data import Question
 from .grading import grade
@@ -69,9 +69,9 @@ class Batch:
                                "outside_server_share": self.outside_server_share}
 
 
-def _answer(endpoint: Endpoint, text: str, plan: Plan) -> Completion:
-    return endpoint.chat(messages(text), max_tokens=plan.max_tokens, temperature=plan.temperature,
-                         stop=list(plan.stop) or None)
+def _question(text: str, plan: Plan) -> stream.Call:
+    return lambda ep: ep.chat(messages(text), max_tokens=plan.max_tokens, temperature=plan.temperature,
+                              stop=list(plan.stop) or None)
 
 
 def _record(q: Question, done: Completion, plan: Plan, order: int) -> dict:
@@ -86,7 +86,7 @@ def ask(study: Study, work: Work, log: Callable[[str], None] = print) -> Batch:
     """Ask every question not answered before, inside study.measuring(): a failure (Ctrl-C too) seals
     the run as failed halfway with every answer taken."""
     with study.measuring():
-        batch = _ask(study.endpoint, study.run, work, log)
+        batch = _ask(study, work, log)
     if work.longest is None:
         return batch
     return replace(batch, longest_prompt_question=work.longest[0], longest_prompt_tokens=work.longest[1])
@@ -103,7 +103,7 @@ class _Tally:
     unknown: int = 0  # answers without usage: their tokens, and so the batch's, are unknown
     request_s: float = 0.0
     failures: int = 0
-    first_error: EndpointError | None = None
+    first_error: str | None = None
 
     def add(self, rec: dict) -> None:
         self.answered += 1
@@ -119,58 +119,40 @@ class _Tally:
                 + (f" ({rec['flag']})" if rec["flag"] else ""))
 
 
-def _ask(endpoint: Endpoint, run: Run, work: Work, log: Callable[[str], None]) -> Batch:
+def _ask(study: Study, work: Work, log: Callable[[str], None]) -> Batch:
     """On a failed request nothing new is sent; the answers in flight are awaited and kept, then it raises."""
-    plan = work.plan
+    plan, run = work.plan, study.run
     for rec in work.reused:
         run.record({**rec, "resumed_from": work.resumed.id})
     todo = work.todo()
     total, step = len(todo), max(1, math.ceil(len(todo) / 40))
     if work.reused:
         log(f"{len(work.reused)} answer(s) reused from {work.resumed.id}; asking the other {total}")
-    before = endpoint.metrics()
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    pool = ThreadPoolExecutor(max_workers=plan.concurrency, thread_name_prefix="mmlu-pro")
-    queue = iter(enumerate(todo))
-    flight: dict[Future, tuple[int, Question]] = {}
     tally = _Tally()
 
-    def send() -> None:
-        item = next(queue, None)
-        if item is not None:
-            flight[pool.submit(_answer, endpoint, work.prompts[item[1].id], plan)] = item
+    def done(outcome: stream.Outcome) -> None:  # on the batch's own thread, one outcome at a time
+        q = todo[outcome.index]
+        if outcome.error is not None:
+            tally.failures += 1
+            tally.first_error = tally.first_error or outcome.error
+            run.record({"question_id": q.id, "category": q.category, "order": outcome.index, "error": outcome.error})
+            return
+        rec = _record(q, outcome.answer, plan, outcome.index)
+        run.record(rec)  # on disk before the next question is sent
+        tally.add(rec)
+        if tally.answered % step == 0 or tally.answered == total:
+            log(tally.line(total, time.perf_counter() - t0, rec))
 
-    try:
-        for _ in range(plan.concurrency):
-            send()
-        while flight:
-            finished, _ = wait(flight, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                order, q = flight.pop(fut)
-                try:
-                    rec = _record(q, fut.result(), plan, order)
-                except EndpointError as e:  # anything else is a bug: it stops the batch at once
-                    tally.failures += 1
-                    tally.first_error = tally.first_error or e
-                    run.record({"question_id": q.id, "category": q.category, "order": order,
-                                "error": f"{type(e).__name__}: {e}"})
-                    continue
-                run.record(rec)
-                tally.add(rec)
-                if tally.first_error is None:
-                    send()
-                if tally.answered % step == 0 or tally.answered == total:
-                    log(tally.line(total, time.perf_counter() - t0, rec))
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
+    before = study.endpoint.metrics()
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    stream.batch(study.streaming(), [_question(work.prompts[q.id], plan) for q in todo], plan.concurrency, done,
+                 stop_on_error=True)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     if tally.first_error is not None:
-        raise StudyError(f"{tally.failures} request(s) failed, the first with: {tally.first_error}. The "
+        raise StudyError(f"{tally.failures} request(s) failed, the first with {tally.first_error}. The "
                          f"{tally.answered} answers received are recorded in {run.path}; to finish, run again with "
-                         f"resume_from={run.id!r}.") from tally.first_error
-    return _batch(tally, work, wall, cpu, _counted(endpoint, before, tally.answered))
+                         f"resume_from={run.id!r}.")
+    return _batch(tally, work, wall, cpu, _counted(study.endpoint, before, tally.answered))
 
 
 def _batch(t: _Tally, work: Work, wall: float, cpu: float, delta: metrics.Delta | None) -> Batch:
