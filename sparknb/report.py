@@ -91,6 +91,18 @@ def length_axis(ax, lengths) -> None:
     ax.set_xlabel("prompt length (tokens)")
 
 
+def picture(fig):
+    """A Figure made outside pyplot, as the PNG a notebook shows (bbox tight, as the inline backend draws
+    a cell's figures): drawn here, once, by the thread that made it."""
+    import io
+
+    from IPython.display import Image
+
+    png = io.BytesIO()
+    fig.savefig(png, format="png", bbox_inches="tight")
+    return Image(png.getvalue())
+
+
 def write_html(notebook: Path, target: Path) -> Path:
     """Render once, code hidden, no script from another host; an existing report is never replaced."""
     import jinja2

@@ -59,10 +59,9 @@ def browser(show: Callable[[Plan], None], outputs: str | Path = "", selected: tu
 
 def show(plan: Plan) -> None:
     """What the Compare button draws: the warnings, the headline table, the chart and the paragraph."""
-    import matplotlib.pyplot as plt
     from IPython.display import Markdown, display
 
-    from ...report import markdown
+    from ...report import markdown, picture
     from .fingerprints import warnings
     from .headline import headline
     from .plots import plot
@@ -71,7 +70,5 @@ def show(plan: Plan) -> None:
     display(Markdown(markdown(warnings(plan.past)) or "Same box, driver and server version."))
     h = headline(plan.by_study(), plan.models())
     display(h.table())
-    fig = plot(h)
-    display(fig)  # the figure itself, as a PNG: nothing left for a later cell's backend to draw
-    plt.close(fig)
+    display(picture(plot(h)))  # a Figure outside pyplot: see plot
     display(Markdown(story(h)))
