@@ -34,7 +34,8 @@ USAGE = {"id": "c", "object": "text_completion", "created": 0, "model": "m", "ch
 class _Fake(FakeHandler):
     """By model name: `drop` streams three chunks and hangs up; `error` sends an error event after two;
     `split` sends a whole answer one byte at a time; `slow` holds each answer open a while, counting
-    how many are open at once; `key` wants a bearer key."""
+    how many are open at once; `key` wants a bearer key; `plain` refuses vLLM's own request fields with
+    422, as transformers serve refuses any field it does not know."""
 
     open_now = 0
     most_open = 0
@@ -45,6 +46,9 @@ class _Fake(FakeHandler):
         model = body["model"]
         if model == "key" and self.headers.get("Authorization") != "Bearer right":
             return self.send_body(401, json.dumps({"error": {"message": "bad key"}}))
+        vllm_only = sorted({"return_token_ids", "ignore_eos"} & body.keys())
+        if model == "plain" and vllm_only:
+            return self.send_body(422, json.dumps({"detail": f"Unexpected fields in the request: {vllm_only}"}))
         self.start_stream()
         if model == "drop":
             for i in range(3):
@@ -109,6 +113,16 @@ def test_an_unreachable_server_is_an_endpoint_error_without_the_password():
     with pytest.raises(EndpointError) as e:
         _complete(f"http://me:canary-pw-77@127.0.0.1:{free_port()}/v1", "m")
     assert "Cannot reach" in str(e.value) and "canary-pw-77" not in str(e.value)
+
+
+def test_a_server_that_is_not_vllm_gets_none_of_vllms_request_fields(fake):
+    chat = [{"role": "user", "content": "hi"}]
+    with pytest.raises(EndpointError, match="422.*Unexpected fields.*ignore_eos"):
+        stream.run(lambda: stream.AsyncEndpoint(fake, "plain").chat(chat, max_tokens=4))
+    plain = stream.AsyncEndpoint(fake, "plain", vllm=False)
+    assert stream.run(lambda: plain.chat(chat, max_tokens=4)).completion_tokens == 4
+    with pytest.raises(EndpointError, match="is not vLLM: a prompt of token ids"):
+        stream.run(lambda: plain.complete([1, 2, 3], max_tokens=4))
 
 
 def test_a_batch_never_has_more_in_flight_than_its_concurrency(fake):
