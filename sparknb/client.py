@@ -266,7 +266,8 @@ class Endpoint:
             raise EndpointError(f"Lost the connection to {self.shown} ({e}); the answer so far had "
                                 f"{len(done.chunk_times)} chunks.") from None
         except openai.APIStatusError as e:
-            raise EndpointError(f"{self.shown} refused the request ({e.status_code}): {_message(e)}") from None
+            raise EndpointError(f"{self.shown} refused the request ({e.status_code}): "
+                                f"{error_message(e.response.content)}") from None
         except openai.APIError as e:  # an error event inside a stream that had started well
             raise EndpointError(f"{self.shown} failed the request after {len(done.chunk_times)} chunks: "
                                 f"{e.message}") from None
@@ -309,8 +310,15 @@ def _token_count(choice) -> int | None:
     return len(ids) if ids is not None else None
 
 
-def _message(e: openai.APIStatusError) -> str:
+def error_message(body: bytes) -> str:
+    """The server's own words in an error answer: OpenAI's error.message where it is there, else the body's start."""
     try:
-        return e.response.json().get("error", {}).get("message") or e.response.text[:300]
-    except Exception:
-        return e.response.text[:300]
+        err = json.loads(body)
+    except ValueError:
+        err = None
+    if isinstance(err, dict):
+        err = err.get("error", err)
+        text = err.get("message") if isinstance(err, dict) else str(err)
+        if text:
+            return text
+    return body[:300].decode(errors="replace")

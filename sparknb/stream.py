@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from .client import Completion, now, request_fields
+from .client import Completion, error_message, now, request_fields
 from .errors import EndpointError
 from .redaction import redact
 
@@ -216,7 +216,7 @@ class AsyncEndpoint:
         exchange, _, _ = await self._exchange(self._request("GET", path, b""), sink)
         if exchange.status != 200:
             raise EndpointError(f"{self.shown.removesuffix('/v1')}{path} answered {exchange.status}: "
-                                f"{_message(exchange.body)}")
+                                f"{error_message(exchange.body)}")
         return b"".join(sink.parts)
 
     def _request(self, method: str, path: str, body: bytes) -> bytes:
@@ -255,7 +255,7 @@ class AsyncEndpoint:
             raise EndpointError(f"{self.shown} refused the API key (401). Set the environment variable named by "
                                 "api_key_env in the model's params to the server's key.")
         if exchange.status != 200:
-            raise EndpointError(f"{self.shown} refused the request ({exchange.status}): {_message(exchange.body)}")
+            raise EndpointError(f"{self.shown} refused the request ({exchange.status}): {error_message(exchange.body)}")
         if events.error is not None:
             raise EndpointError(f"{self.shown} failed the request after {len(done.chunk_times)} chunks: {events.error}")
         if done.finish_reason is None:  # a clean end of the connection can still cut an answer short
@@ -273,15 +273,6 @@ class _Collect:
 
     def feed(self, data: bytes, now: float) -> None:
         self.parts.append(data)
-
-
-def _message(body: bytes) -> str:
-    try:
-        err = json.loads(body)
-        err = err.get("error", err)
-        return (err.get("message") if isinstance(err, dict) else str(err)) or body[:300].decode(errors="replace")
-    except ValueError:
-        return body[:300].decode(errors="replace")
 
 
 # -- many requests ----------------------------------------------------------------------------------------
