@@ -24,6 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from ...run import measured
+
 LOOP_CPU_LIMIT = 0.5  # a loop busy more than half the time queues chunks behind each other
 LAG_LIMIT_S = 0.005  # a loop waking later than this (p99) stamps chunks late by as much
 AGREEMENT_PCT = 2.0
@@ -112,12 +114,12 @@ def _mean(values: list) -> float | None:
 
 def level_row(level: dict, requests: list[dict], slo_ttft_s: float, slo_tpot_s: float) -> dict:
     """One level's figures from its level record and its request records."""
-    measured = [r for r in requests if not r["warmup"]]
-    ok = [r for r in measured if "error" not in r]
-    row = {"level": level["level"], "mode": level["mode"], "requests": len(ok), "failed": len(measured) - len(ok)}
+    sent = [r for r in requests if not r["warmup"]]
+    ok = measured(requests)
+    row = {"level": level["level"], "mode": level["mode"], "requests": len(ok), "failed": len(sent) - len(ok)}
     if not ok:
         return row | {"saturated": saturation(level) is not None, "why": saturation(level)}
-    start = min(r["sent_s"] for r in measured)
+    start = min(r["sent_s"] for r in sent)
     end = max(r["sent_s"] + r["total_s"] for r in ok)
     window = end - start
     tokens = [r["completion_tokens"] for r in ok]
