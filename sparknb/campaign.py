@@ -48,8 +48,6 @@ class Cell:
 
 def plan(campaign: CampaignParams) -> list[Cell]:
     """Every cell, per model in the file's order, cross-model studies last; every bad field named first."""
-    import papermill
-
     problems = []
     for notebook, given in campaign.studies.items():
         path = project_root() / "notebooks" / f"{notebook}.ipynb"
@@ -57,15 +55,10 @@ def plan(campaign: CampaignParams) -> list[Cell]:
             known = sorted(p.stem for p in path.parent.glob("*.ipynb") if p.stem != "compare")
             problems.append(f"studies.{notebook}: no such notebook; known: {', '.join(known)}")
             continue
-        declared = papermill.inspect_notebook(str(path))
-        for name, value in given.items():
-            if name in SET_BY_THE_CAMPAIGN and not (notebook in ACROSS_MODELS and name == "models"):
-                problems.append(f"studies.{notebook}.{name}: set by the campaign itself; leave it out")
-            elif name not in declared:
-                problems.append(f"studies.{notebook}.{name}: not a parameter of {notebook}.ipynb; its parameters: "
-                                + ", ".join(n for n in declared if n not in SET_BY_THE_CAMPAIGN))
-            elif not _fits(value, declared[name]["inferred_type_name"]):
-                problems.append(f"studies.{notebook}.{name}: {value!r} is not a {declared[name]['inferred_type_name']}")
+        set_here = SET_BY_THE_CAMPAIGN if notebook not in ACROSS_MODELS else tuple(
+            n for n in SET_BY_THE_CAMPAIGN if n != "models")
+        problems += [f"studies.{notebook}.{p.replace('set by sparknb itself', 'set by the campaign itself')}"
+                     for p in cli.parameter_problems(path, given, set_here)]
     if problems:
         raise ParamsError(f"Campaign {campaign.name!r} is invalid:\n  " + "\n  ".join(problems))
     cells = []
@@ -76,16 +69,6 @@ def plan(campaign: CampaignParams) -> list[Cell]:
         cells += [Cell(nb, None, {"models": list(campaign.models)} | dict(p), rep)
                   for nb, p in campaign.studies.items() if nb in ACROSS_MODELS]
     return cells
-
-
-def _fits(value, type_name: str) -> bool:
-    kinds = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "list": (list,), "dict": (dict,)}
-    expected = kinds.get(type_name)
-    if expected is None:
-        return True
-    if isinstance(value, bool) and bool not in expected:
-        return False
-    return isinstance(value, expected)
 
 
 # --- running ---------------------------------------------------------------------------------------------
@@ -234,3 +217,15 @@ def latest(outputs: str | Path = "") -> str | None:
         if any(r.get("status") == "done" for r in read_records(path.parent)):
             return path.parent.name
     return None
+
+
+def failed(campaign_id: str, outputs: str | Path = "") -> list[dict]:
+    """The records of the campaign's cells that failed and were not done later (a resume may have redone them)."""
+    path = Path(outputs or outputs_dir()) / NOTEBOOK / campaign_id
+    records = read_records(path)
+    done = {r["cell"] for r in records if r.get("status") == "done"}
+    last: dict[str, dict] = {}
+    for r in records:
+        if r.get("status") == "failed" and r["cell"] not in done:
+            last[r["cell"]] = r
+    return list(last.values())

@@ -9,6 +9,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import yaml
@@ -46,7 +47,10 @@ def hide_secrets(parameters: dict, environ: dict) -> dict:
     """Parameters with every secret-bearing value moved into `environ` and passed as env:NAME instead.
 
     papermill writes its injected parameters into the executed notebook, and so into the report: a
-    password in an endpoint URL must never be one of them. The kernel inherits the environment.
+    password in an endpoint URL must never be one of them. The kernel inherits the environment. The URL
+    goes into a variable whose name does not look secret, so that records keep it as
+    http://user:***@host:port/v1; its password alone goes into one that does, so that every sparknb write
+    masks the password wherever it appears (redaction masks secret-named variables' values).
     """
     safe = {}
     for name, value in parameters.items():
@@ -54,19 +58,83 @@ def hide_secrets(parameters: dict, environ: dict) -> dict:
             if name != "endpoint":
                 raise CliError(f"parameter {name} holds a secret; pass secrets through the environment variable "
                                "named by api_key_env in the model's params, never as a parameter.")
-            variable = f"SPARKNB_SECRET_{name.upper()}"
+            variable = f"SPARKNB_PARAMETER_{name.upper()}"
             environ[variable] = value
+            password = urlsplit(value).password
+            if password:
+                environ[f"SPARKNB_{name.upper()}_PASSWORD"] = password
             value = ENV_PREFIX + variable
         safe[name] = value
     return safe
 
 
+SET_BY_SPARKNB = ("run_id", "outputs", "seal")  # what run_notebook injects itself
+
+
+def parameter_problems(source: Path, given: dict, set_here: tuple[str, ...] = SET_BY_SPARKNB) -> list[str]:
+    """Every given parameter the notebook does not declare, or of the wrong type, each named with the fix: a
+    misspelt name would otherwise run the defaults (papermill only warns)."""
+    import papermill
+
+    declared = papermill.inspect_notebook(str(source))
+    known = ", ".join(n for n in declared if n not in set_here)
+    problems = []
+    for name, value in given.items():
+        if name in set_here:
+            problems.append(f"{name}: set by sparknb itself; leave it out")
+        elif name not in declared:
+            problems.append(f"{name}: not a parameter of {source.name}; its parameters: {known}")
+        elif not fits(value, declared[name]["inferred_type_name"]):
+            problems.append(f"{name}: {value!r} is not of type {declared[name]['inferred_type_name']}")
+        else:
+            problems += _plan_problems(source.stem, name, value)
+    return problems
+
+
+def _plan_problems(notebook: str, name: str, value) -> list[str]:
+    """A value the study's own Plan would refuse (a range, a choice, `auto`), found before any kernel starts."""
+    import importlib
+
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        plan = importlib.import_module(f"sparknb.studies.{notebook}").Plan
+    except (ImportError, AttributeError):
+        return []
+    field = plan.model_fields.get(name)
+    if field is None or field.exclude:
+        return []
+    try:
+        kind = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
+        TypeAdapter(kind).validate_python(value, strict=True)
+    except ValidationError as e:
+        return [f"{name}: {err['msg'].removeprefix('Value error, ')}"
+                + ("" if err["type"] == "value_error" else f"; got {value!r}")
+                + (f" ({field.description})" if field.description else "") for err in e.errors()[:1]]
+    return []
+
+
+def fits(value, type_name: str) -> bool:
+    """Whether a value suits the type a notebook's parameter line declares (an undeclared type takes anything)."""
+    kinds = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "list": (list,), "dict": (dict,)}
+    expected = kinds.get(type_name)
+    if expected is None:
+        return True
+    if isinstance(value, bool) and bool not in expected:
+        return False
+    return isinstance(value, expected)
+
+
 def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
-    """Execute a notebook into its own run folder, add the HTML report, then seal the folder."""
+    """Check the parameters against the notebook's own, execute it into its own run folder, add the HTML
+    report, then seal the folder."""
     import papermill
 
     source = notebook_path(name)
     notebook = source.stem
+    problems = parameter_problems(source, parameters)
+    if problems:
+        raise CliError(f"Bad parameters for {notebook}, nothing was run:\n  " + "\n  ".join(problems))
     label = str(parameters.get("model") or "-".join(map(str, parameters.get("models") or [])))
     run_id = new_run_id(Path(label).stem if label.endswith((".yaml", ".yml")) else label)
     folder = Path(outputs or outputs_dir()) / notebook / run_id
@@ -125,12 +193,30 @@ def seal_interrupted(folder: str | Path) -> Path:
     return path
 
 
-def demo(outputs: str | Path = "") -> Path:
-    """The tiny campaign (every study on both tiny models, real vLLM CPU servers), then its comparison."""
+def demo(outputs: str | Path = "") -> tuple[Path, list[dict]]:
+    """The tiny campaign (every study on both tiny models, real vLLM CPU servers), then its comparison, which
+    names any study that failed; returns the comparison's folder and the cells that failed."""
     from . import campaign
 
     record = campaign.run("tiny", outputs=outputs)
-    return run_notebook("compare", {"campaign": record.name}, outputs)
+    return run_notebook("compare", {"campaign": record.name}, outputs), campaign.failed(record.name, outputs)
+
+
+def _verdict(problems: list[str]) -> str:
+    """intact, changed since sealing, or never sealed at all (which is not a change)."""
+    if not problems:
+        return "intact"
+    return "NOT SEALED" if any("never sealed" in p for p in problems) else "CHANGED"
+
+
+def _failures(failed: list[dict]) -> int:
+    """A campaign with a failed cell exits non-zero, the failures as its last lines."""
+    if not failed:
+        return 0
+    print(f"\n{len(failed)} cell(s) FAILED:", file=sys.stderr)
+    for r in failed:
+        print(f"  {r['cell']}: {redact(str(r.get('reason', 'no reason recorded')).splitlines()[0])}", file=sys.stderr)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,19 +255,21 @@ def main(argv: list[str] | None = None) -> int:
             problems = verify(args.folder)
             for p in problems:
                 print(p)
-            print(f"{args.folder}: {'CHANGED' if problems else 'intact'}")
+            print(f"{args.folder}: {_verdict(problems)}")
             return 1 if problems else 0
         elif args.command == "seal":
             print(f"sealed: {seal_interrupted(args.folder)}")
         elif args.command == "campaign":
             from . import campaign
 
-            campaign.run(args.file, resume=args.resume, outputs=args.outputs)
+            record = campaign.run(args.file, resume=args.resume, outputs=args.outputs)
+            return _failures(campaign.failed(record.name, args.outputs))
         elif args.command == "demo":
             t0 = time.monotonic()
-            folder = demo(args.outputs)
+            folder, failures = demo(args.outputs)
             print(f"comparison report: {folder / 'report.html'}\n(the tiny campaign and its comparison took "
                   f"{(time.monotonic() - t0) / 60:.1f} min)")
+            return _failures(failures)
     except (SparknbError, OSError) as e:  # known failures carry a message meant for the user
         print(f"sparknb {args.command}: {redact(str(e))}", file=sys.stderr)
         return 2

@@ -244,11 +244,20 @@ FACETS: dict[str, Callable[[dict], dict]] = {
     "driver": lambda fp: {"driver": fp.get("gpu", {}).get("driver_version"),
                           "CUDA driver": fp.get("gpu", {}).get("cuda_driver_version")},
     "server version": lambda fp: {"server": fp.get("server", {}).get("version")},
+    "speculative decoding": lambda fp: {"speculative": _speculative(fp.get("server", {}).get("speculative"))},
     "model build": lambda fp: {"weights": fp.get("server", {}).get("root"),
                                "dtype": fp.get("server", {}).get("dtype"),
                                "quantization": fp.get("server", {}).get("quantization")},
 }
 SAME_BOX = ("host", "hardware")
+
+
+def _speculative(spec) -> str | None:
+    """The speculative set-up as one fact: what the params declare, and whether the server counts drafts."""
+    if not isinstance(spec, dict):
+        return spec
+    counts = {True: "the server counts drafts", False: "the server counts no drafts", None: "drafts not countable"}
+    return f"{spec.get('declared') or 'none declared'}; {counts[spec.get('server_counts_drafts')]}"
 SAME_SETUP = (*SAME_BOX, "driver", "server version")  # a ratio between two models is only theirs where these match
 
 
@@ -288,6 +297,7 @@ def table(fp: dict):
                    if "/version" in missing else f"vLLM {server['version']} serving {server['model']} at {server['url']}"),
         "weights": f"{server['root']} (dtype {server['dtype']}, quantization {server['quantization']})",
         "max_model_len": server["max_model_len"],
+        "speculative decoding": _speculative(server.get("speculative")) or "not recorded",
         "python": fp["python"]["version"],
         "project": f"{project['commit']}{' (dirty)' if project.get('dirty') else ''}",
         "guard": _guard_line(fp["params"].get("guard", {})),

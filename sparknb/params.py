@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    PlainValidator,
     Field,
     ValidationError,
     model_validator,
@@ -197,6 +198,15 @@ def project_root() -> Path:
     """The folder holding params/ and outputs/: $SPARKNB_HOME, else the checkout this package lives in."""
     return Path(os.environ.get("SPARKNB_HOME") or Path(__file__).resolve().parents[1])
 
+
+def _repetitions(value: Any) -> int | str:
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ValueError(f"repetitions must be a whole number, 1 or more, or auto; got {value!r}")
+
+
+# Measured requests per setting: a count, or "auto" (until the median's interval is narrow enough; study.Schedule).
+Repetitions = Annotated[int | Literal["auto"], PlainValidator(_repetitions)]
 
 # Earlier runs named by a notebook parameter: `sparknb run -p compare_with RUN` gives one as a plain string.
 RunIds = Annotated[list[str], BeforeValidator(lambda v: ([v] if v.strip() else []) if isinstance(v, str) else v)]

@@ -24,20 +24,23 @@ class Finding:
 
     level: Level
     text: str
+    # What the finding is about, where it is not the whole run: the prompt lengths, kinds or levels it names.
+    # A headline row at one of these (or any row, where this is empty) carries the finding as its caveat.
+    about: tuple = ()
 
     def __str__(self) -> str:
         return self.text if self.level == "info" else f"{self.level.upper()}: {self.text}"
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"about": list(self.about)}
 
 
-def info(text: str) -> Finding:
-    return Finding("info", text)
+def info(text: str, about: tuple = ()) -> Finding:
+    return Finding("info", text, tuple(about))
 
 
-def warning(text: str) -> Finding:
-    return Finding("warning", text)
+def warning(text: str, about: tuple = ()) -> Finding:
+    return Finding("warning", text, tuple(about))
 
 
 def markdown(findings: Iterable[Finding | str]) -> str:

@@ -216,3 +216,42 @@ def median_ratio(other: Sequence[float], base: Sequence[float], level: float = 0
     ratios = np.median(rng.choice(a, size=(draws, len(a))), axis=1) / np.median(rng.choice(b, size=(draws, len(b))), axis=1)
     low, high = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2])
     return Interval(estimate, float(low), float(high), level, "ratio of medians, percentile bootstrap")
+
+
+def median_interval(values: Sequence[float], level: float = 0.95) -> Interval:
+    """The median with a distribution-free interval between two order statistics: [x(j), x(n-j+1)] holds
+    the true median with probability 1 - 2 P(Binomial(n, 1/2) < j), whatever the distribution. The widest
+    such pair, [min, max], reaches 95% only from 6 values; with fewer the interval is unknown (nan)."""
+    from scipy.stats import binom
+
+    x = np.sort(np.asarray(values, dtype=float))
+    n = len(x)
+    estimate = float(np.median(x)) if n else math.nan
+    best = None
+    for j in range(1, n // 2 + 1):
+        if 1 - 2 * binom.cdf(j - 1, n, 0.5) >= level:
+            best = j
+    if best is None:
+        return Interval(estimate, math.nan, math.nan, level, f"median of {n} (too few values for a {level:.0%} interval)")
+    return Interval(estimate, float(x[best - 1]), float(x[n - best]), level, "median, order-statistic interval")
+
+
+def relative_half_width(interval: Interval) -> float:
+    """Half the interval's width over its estimate: 0.02 for a median of 100 within [98, 102]; nan where unknown."""
+    if math.isnan(interval.low) or not interval.estimate:
+        return math.nan
+    return (interval.high - interval.low) / 2 / abs(interval.estimate)
+
+
+def requests_needed(ratio: Interval, per_side: int) -> int | None:
+    """How many requests a side would make a ratio's interval exclude 1, if the spread stayed as observed: an
+    interval narrows as one over the square root of the sample, so the sample grows by the square of how much
+    wider the interval is (on the log scale) than its distance from 1. None where no difference was seen at
+    all (estimate 1, or no interval): then no sample size is promised."""
+    if math.isnan(ratio.low) or ratio.estimate <= 0 or ratio.low <= 0 or per_side < 1:
+        return None
+    distance = abs(math.log(ratio.estimate))
+    half = (math.log(ratio.high) - math.log(ratio.low)) / 2
+    if distance < 1e-9:
+        return None
+    return max(per_side + 1, math.ceil(per_side * (half / distance) ** 2))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from . import bandwidth, fingerprint, guard, metrics, probe, stream, telemetry
+from . import bandwidth, fingerprint, guard, metrics, probe, stats, stream, telemetry
 from .client import Completion, Endpoint, ServerInfo
 from .errors import ParamsError
 from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
@@ -144,20 +144,112 @@ def schedule(lengths: Sequence[int], warmup: int, repetitions: int, order: str =
     return [(n, rep) for n in lengths for rep in range(-warmup, 0)] + measured
 
 
+AUTO = "auto"
+AUTO_FIRST = 6  # the fewest values whose median has a 95% distribution-free interval (stats.median_interval)
+
+
+class Schedule:
+    """The (length, repetition) of every request of a sweep, with `repetitions` fixed or `auto`.
+
+    Fixed: `schedule()`'s order. Auto: every length gets AUTO_FIRST measured requests, then, round after
+    round (each round's lengths shuffled, or one length after another where grouped), one more for each
+    length whose median's 95% interval is still wider than +/- `target` of the median, until every length
+    is within it or has `cap` requests. The sweep reports each measured value with `add`, and `stopped()`
+    says per length why it stopped, for the report.
+    """
+
+    def __init__(self, lengths: Sequence[int], warmup: int, repetitions: int | str, order: str = "shuffled",
+                 seed: int = 0, target: float = 0.02, cap: int = 30):
+        self.lengths, self.warmup, self.repetitions = list(lengths), warmup, repetitions
+        self.order, self.target, self.cap = order, target, cap
+        self._rng = random.Random(seed)
+        self.values: dict[int, list[float]] = {n: [] for n in self.lengths}
+        self.sent: dict[int, int] = {n: 0 for n in self.lengths}
+        self.seed = seed
+
+    @property
+    def auto(self) -> bool:
+        return self.repetitions == AUTO
+
+    @property
+    def planned(self) -> str:
+        """The number of requests as a progress line can say it: exact when fixed, a bound when auto."""
+        n = len(self.lengths)
+        if not self.auto:
+            return str(n * (self.warmup + self.repetitions))
+        return f"{n * (self.warmup + AUTO_FIRST)} to {n * (self.warmup + max(self.cap, AUTO_FIRST))}"
+
+    def add(self, length: int, value: float | None) -> None:
+        """A measured request's figure (None where it cannot count: another client meanwhile, no figure)."""
+        if value is not None and value == value:
+            self.values[length].append(float(value))
+
+    def width(self, length: int) -> float:
+        """The relative half-width of the 95% interval of the length's median so far (nan: too few values)."""
+        return stats.relative_half_width(stats.median_interval(self.values[length]))
+
+    def _settled(self, length: int) -> bool:
+        w = self.width(length)
+        return (w == w and w <= self.target) or self.sent[length] >= self.cap
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        if not self.auto:
+            for length, rep in schedule(self.lengths, self.warmup, self.repetitions, self.order, self.seed):
+                self.sent[length] += rep >= 0
+                yield length, rep
+            return
+        for n in self.lengths:
+            for rep in range(-self.warmup, 0):
+                yield n, rep
+        first = [n for n in self.lengths for _ in range(AUTO_FIRST)]
+        if self.order == "grouped":
+            for n in self.lengths:
+                while self.sent[n] < AUTO_FIRST or not self._settled(n):
+                    self.sent[n] += 1
+                    yield n, self.sent[n] - 1
+            return
+        self._rng.shuffle(first)
+        rounds = [first]
+        while rounds:
+            for n in rounds.pop():
+                self.sent[n] += 1
+                yield n, self.sent[n] - 1
+            more = [n for n in self.lengths if not self._settled(n)]
+            if more:
+                self._rng.shuffle(more)
+                rounds.append(more)
+
+    def stopped(self) -> dict[int, str]:
+        """Per length, why it has as many requests as it has."""
+        out = {}
+        for n in self.lengths:
+            count, w = len(self.values[n]), self.width(n)
+            shown = "no interval" if w != w else f"+/-{100 * w:.1f}%"
+            if not self.auto:
+                out[n] = f"fixed at {self.repetitions} repetitions; the median's 95% interval: {shown}"
+            elif w == w and w <= self.target:
+                out[n] = (f"reached {shown} (target +/-{100 * self.target:g}%) after {count} clean requests")
+            else:
+                out[n] = (f"stopped at the cap of {self.cap} requests with {shown} (target +/-{100 * self.target:g}%): "
+                          "the box is too noisy for the target")
+        return out
+
+
 def drifts(df: pd.DataFrame, column: str, what: str, fmt: Callable[[float], str] = "{:.1f}".format) -> list[Finding]:
     """A box that warms up or slows down during the sweep: first against last request at each length."""
     clean = df[df["interference"].isna() & df["seq"].notna()].sort_values("seq")
-    moved = []
+    moved, lengths = [], []
     for length, g in clean.groupby("prompt_length"):
         d = drift(g[column].dropna().tolist())
         if d is not None and d.beyond_spread:
+            lengths.append(int(length))
             moved.append(f"{length:,} tokens: {fmt(d.first)} first, {fmt(d.last)} last ({100 * d.change:+.0f}%, "
                          f"the {d.n - 2} between spread over {fmt(d.spread)})")
     if not moved:
         return []
     return [warning(f"The machine drifted during the sweep: the first and last {what} at the same length differ "
                     f"beyond the spread of the requests between them ({'; '.join(moved)}). Medians hide this; "
-                    "measure again on a quiet, warmed-up box.")]
+                    "measure again on a quiet, warmed-up box.", tuple(lengths))]
 
 
 def resolve_endpoint(value: str) -> str:
@@ -212,7 +304,10 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
                             "root": None, "max_model_len": None}
         else:
             all_params |= {"model": loaded[0].model_dump(), "endpoint": ep.url}
-            server_facts = server.as_dict()
+            scrape = ep.metrics()
+            drafts = scrape.has(metrics.DRAFTS) if scrape.values else None
+            server_facts = server.as_dict() | {"speculative": {"declared": loaded[0].speculative,
+                                                               "server_counts_drafts": drafts}}
         run = Run.create(notebook, all_params, run_id=run_id, outputs=outputs,
                          label="-".join(dict.fromkeys(names)), secrets=keys)
         box = probe.measure(hardware, fingerprint.nvml())

@@ -45,7 +45,7 @@ studies:
         campaign.plan(load_campaign(path))
     text = str(e.value)
     assert "studies.decode.prompt_lenghts: not a parameter of decode.ipynb" in text
-    assert "studies.decode.repetitions: 'five' is not a int" in text
+    assert "studies.decode.repetitions: repetitions must be a whole number, 1 or more, or auto; got 'five'" in text
     assert "studies.decode.endpoint: set by the campaign itself" in text
     assert "studies.nosuch: no such notebook" in text
 

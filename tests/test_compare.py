@@ -1,6 +1,8 @@
-"""The comparison notebook over sealed runs: the boxes first, every ratio with its interval, a paragraph
-generated from the numbers. These runs are written here with the run-folder code (no server), with figures
-chosen so the expected verdicts are known; the campaign test compares real runs."""
+"""The comparison over sealed runs: each verdict rule on crafted sealed runs (no server), then the notebook.
+
+The runs are written here with the run-folder code, with figures chosen so the expected verdicts are known;
+tests/test_campaign.py compares real runs of the tiny test bed.
+"""
 
 import json
 import random
@@ -11,67 +13,194 @@ from sparknb import stats
 from sparknb.errors import DataError, ParamsError
 from sparknb.run import Run, verify
 from sparknb.studies import compare
+from sparknb.verdict import Row, decide
 from support import outputs_text, run_notebook
 
 
-def fingerprint(host="box-a", cpu="Grace", driver="580.159.03", server="0.32.0") -> dict:
+def fingerprint(host="box-a", cpu="Grace", driver="580.159.03", server="0.32.0", speculative=None) -> dict:
     return {"taken_at": "2026-12-01T00:00:00+00:00", "host": {"hostname": host, "cpu_model": cpu, "cpu_count": 20,
-            "memory_total_bytes": 128e9}, "gpu": {"available": True, "driver_version": driver,
+            "memory_total_bytes": 128 * 2 ** 30}, "gpu": {"available": True, "driver_version": driver,
             "cuda_driver_version": "13.0", "devices": [{"name": "GB10", "memory_total_bytes": "unified"}]},
-            "server": {"version": server, "root": "/models/x", "dtype": "bfloat16", "quantization": "none"},
+            "server": {"version": server, "root": "/models/x", "dtype": "bfloat16", "quantization": "none",
+                       "speculative": {"declared": speculative, "server_counts_drafts": bool(speculative)}},
             "project": {"commit": "abc", "dirty": False}}
 
 
-def decode_run(tmp_path, model: str, speed: float, fp: dict, spread=0.02, seed=0) -> Run:
+def decode_run(tmp_path, model: str, speed: float, fp: dict, spread=0.02, seed=0, lengths=(111, 5378), reps=5,
+               findings=(), speculative=None, client_burst_at=None) -> Run:
+    """A decode run as the decode notebook seals it; `client_burst_at`: a length whose answers the client saw
+    at ten times the server's speed (a burst), the server's own time being the true one."""
     rng = random.Random(seed)
-    run = Run.create("decode", {"notebook": "decode", "model": {"name": model},
-                                "settings": {"prompt_lengths": [111, 5378], "repetitions": 5}}, outputs=tmp_path,
-                     label=model)
+    run = Run.create("decode", {"notebook": "decode", "model": {"name": model, "speculative": speculative},
+                                "settings": {"prompt_lengths": list(lengths), "repetitions": reps,
+                                             "output_tokens": 150, "temperature": 0.0}},
+                     outputs=tmp_path, label=model)
     run.write_json("fingerprint.json", fp)
     seq = 0
-    for n in (111, 5378):
-        for rep in range(5):
+    for n in lengths:
+        for rep in range(reps):
             seq += 1
             tps = speed * (1 - n / 100000) * (1 + rng.uniform(-spread, spread))
+            client = 149 / tps / (10 if n == client_burst_at else 1)
             run.record({"seq": seq, "prompt_length": n, "rep": rep, "warmup": False, "prompt_tokens": n,
-                        "completion_tokens": 150, "decode_tokens": 149, "ttft_s": 0.1, "decode_s": 149 / tps,
-                        "decode_tokens_per_s": tps, "interference": None,
+                        "completion_tokens": 150, "decode_tokens": 149, "ttft_s": 0.1, "decode_s": client,
+                        "decode_tokens_per_s": 149 / client, "interference": None,
                         "server": {"decode_s": 149 / tps, "ttft_s": 0.09, "spec_decode": {"tokens_per_step": None},
                                    "unchecked": []}})
-    run.write_json("summary.json", {"table": [{"prompt tokens": 111, "% of limit": 90.0},
-                                              {"prompt tokens": 5378, "% of limit": 88.0}]})
+    run.write_json("summary.json", {"table": [{"prompt tokens": n, "% of limit": 90.0} for n in lengths],
+                                    "findings": list(findings)})
     run.seal()
     return run
 
 
-def test_ratios_have_intervals_and_the_paragraph_says_who_wins_and_where_it_cannot_tell(tmp_path):
+def prefill_run(tmp_path, model: str, overhead: float, per_token: float, seed=0, crossover: float | None = 500.0,
+                lengths=(111, 2048, 10714)) -> Run:
+    rng = random.Random(seed)
+    run = Run.create("prefill", {"notebook": "prefill", "model": {"name": model},
+                                 "settings": {"output_tokens": 1, "allow_cache_hits": False}},
+                     outputs=tmp_path, label=model)
+    run.write_json("fingerprint.json", fingerprint())
+    for n in lengths:
+        for rep in range(6):
+            run.record({"prompt_length": n, "rep": rep, "warmup": False, "ttft_s": (overhead + per_token * n)
+                        * (1 + rng.uniform(-0.02, 0.02)), "interference": None, "server": {}})
+    fit = {"overhead_s": {"value": overhead, "low": overhead * 0.9, "high": overhead * 1.1},
+           "crossover_tokens": None if crossover is None else {"value": crossover, "low": crossover * 0.8,
+                                                                "high": crossover * 1.2}}
+    run.write_json("summary.json", {"fit": fit, "findings": []})
+    run.seal()
+    return run
+
+
+def headline_of(tmp_path, *runs):
+    plan = compare.Plan.build(runs=[r.id for r in runs], outputs=str(tmp_path))
+    return plan, compare.headline(plan.compared())
+
+
+def row(h, figure):
+    return next(r for r in h.rows if r.figure == figure)
+
+
+def test_a_trusted_row_whose_interval_excludes_one_decides_and_one_that_holds_it_says_what_would_tell(tmp_path):
     a = decode_run(tmp_path, "moe-35b", 26.0, fingerprint(), seed=1)
     b = decode_run(tmp_path, "dense-27b", 8.9, fingerprint(), seed=2)
-    plan = compare.Plan.build(runs=[a.id, b.id], outputs=str(tmp_path))
+    plan, h = headline_of(tmp_path, a, b)
     assert plan.models() == ["moe-35b", "dense-27b"] and compare.warnings(plan.past) == []
-    h = compare.headline(plan.by_study(), plan.models())
-    row = next(r for r in h.rows if r.measure == "tok/s at 111 tokens")
-    ratio = row.ratios["dense-27b"]
-    assert ratio.estimate == pytest.approx(8.9 / 26.0, rel=0.03) and ratio.high < 1  # surely slower
+    r = row(h, "tok/s at 111 tokens")
+    assert r.ratios["dense-27b"].estimate == pytest.approx(8.9 / 26.0, rel=0.03) and r.ratios["dense-27b"].high < 1
+    d = decide(r, "dense-27b", "moe-35b")
+    assert (d.outcome, d.winner, r.standing("dense-27b", "moe-35b")) == ("wins", "moe-35b", "trusted")
     text = compare.story(h)
-    assert "moe-35b is ahead on tok/s at 111 tokens" in text and "moe-35b wins decode" in text
-    same = decode_run(tmp_path, "moe-35b-again", 26.0, fingerprint(), spread=0.2, seed=3)
-    plan = compare.Plan.build(runs=[a.id, same.id], outputs=str(tmp_path))
-    h = compare.headline(plan.by_study(), plan.models())
-    assert "cannot tell them apart" in compare.story(h)
+    assert "**Decode: moe-35b is ahead**" in text and "behind on none" in text
+    # The same model again, with a wide spread: nothing decides, and the row says what sample would tell.
+    same = decode_run(tmp_path, "moe-35b-again", 26.4, fingerprint(), spread=0.2, seed=3)
+    _, h = headline_of(tmp_path, a, same)
+    r = row(h, "tok/s at 111 tokens")
+    assert decide(r, "moe-35b-again", "moe-35b").outcome == "cannot tell"
+    assert "cannot tell apart on tok/s at 111 tokens" in compare.story(h)
+    assert r.needed["moe-35b-again"].startswith(("about", "no difference was seen"))
+
+
+def test_a_difference_only_at_the_short_prompt_never_wins_prefill(tmp_path):
+    # Apart at 111 tokens (one model's front end costs 60 ms more per request), alike where the tokens dominate.
+    quick = prefill_run(tmp_path, "quick-front", 0.05, 0.002, seed=1, lengths=(111, 10714))
+    slow = prefill_run(tmp_path, "slow-front", 0.11, 0.002, seed=2, lengths=(111, 10714))
+    _, h = headline_of(tmp_path, quick, slow)
+    short = row(h, "TTFT ms at 111 tokens")
+    assert short.ratios["slow-front"].low > 1.1  # the interval excludes 1 by far: a naive benchmark's winner
+    assert short.role == "trap" and decide(short, "slow-front", "quick-front").outcome == "trap"
+    long_ = row(h, "TTFT ms at 10,714 tokens")
+    assert long_.role == "verdict" and decide(long_, "slow-front", "quick-front").outcome != "wins"
+    verdict = next(v for v in h.verdicts() if v.study == "prefill")
+    assert verdict.winner is None
+    text = compare.story(h)
+    assert "Prefill: quick-front is ahead" not in text and "shown as the trap" in text
+
+
+def test_prefill_is_judged_from_the_length_the_fits_give(tmp_path):
+    # Both fits say the tokens outweigh the overhead only from 3,000 tokens: 2,048 is a trap too.
+    a = prefill_run(tmp_path, "a", 0.3, 0.0001, seed=1, crossover=3000.0)
+    b = prefill_run(tmp_path, "b", 0.3, 0.0003, seed=2, crossover=1000.0)
+    _, h = headline_of(tmp_path, a, b)
+    assert [r.role for r in h.rows] == ["trap", "trap", "verdict"]
+    assert "3,000 tokens from which" in row(h, "TTFT ms at 2,048 tokens").note
+    assert decide(row(h, "TTFT ms at 10,714 tokens"), "b", "a").winner == "a"
+
+
+def test_a_caveated_row_never_decides_and_names_its_reason(tmp_path):
+    burst = {"level": "warning", "text": "At 111 tokens decode ranged from 9.0 to 90.0 tok/s (10.0x) over 5 requests. "
+             "More words.", "about": [111]}
+    a = decode_run(tmp_path, "moe-35b", 26.0, fingerprint(), seed=1, findings=[burst])
+    b = decode_run(tmp_path, "dense-27b", 8.9, fingerprint(), seed=2)
+    _, h = headline_of(tmp_path, a, b)
+    short, long_ = row(h, "tok/s at 111 tokens"), row(h, "tok/s at 5,378 tokens")
+    assert short.ratios["dense-27b"].high < 1  # would decide, were it trusted
+    d = decide(short, "dense-27b", "moe-35b")
+    assert d.outcome == "caveated" and d.winner is None
+    assert any("ranged from 9.0 to 90.0" in reason for reason in d.reasons)
+    assert decide(long_, "dense-27b", "moe-35b").outcome == "wins"  # the warning names 111 only
+    table = h.table()
+    assert "caveated" in table.loc[0, "dense-27b: verdict"] and "ranged from 9.0" in table.loc[0, "why"]
+
+
+def test_too_few_samples_and_speculation_on_one_side_only_are_caveats(tmp_path):
+    a = decode_run(tmp_path, "moe-35b", 26.0, fingerprint(), seed=1, reps=3)
+    b = decode_run(tmp_path, "dense-27b", 8.9, fingerprint(), seed=2, reps=3)
+    _, h = headline_of(tmp_path, a, b)
+    d = decide(row(h, "tok/s at 111 tokens"), "dense-27b", "moe-35b")
+    assert d.outcome == "caveated" and "too few measurements for an interval (moe-35b 3, dense-27b 3" in d.reasons[0]
+    spec = decode_run(tmp_path, "moe-mtp", 26.0, fingerprint(speculative="mtp"), seed=1, speculative="mtp")
+    plain = decode_run(tmp_path, "dense", 8.9, fingerprint(), seed=2)
+    plan, h = headline_of(tmp_path, spec, plain)
+    d = decide(row(h, "tok/s at 111 tokens"), "dense", "moe-mtp")
+    assert d.outcome == "caveated" and any("speculative decoding (mtp) on this side only" in x for x in d.reasons)
+    assert any("do not speculate alike" in w.text for w in compare.warnings(plan.past))
+    assert "speculative decoding: speculative" in compare.fingerprint_table(plan.past).index
+
+
+def test_a_burst_is_counted_at_the_servers_time_so_it_cannot_pose_as_speed(tmp_path):
+    # The client saw tiny-dense's 111-token answers ten times faster than the server made them.
+    a = decode_run(tmp_path, "a", 26.0, fingerprint(), seed=1)
+    b = decode_run(tmp_path, "b", 8.9, fingerprint(), seed=2, client_burst_at=111)
+    _, h = headline_of(tmp_path, a, b)
+    r = row(h, "tok/s at 111 tokens")
+    assert r.values["b"] == pytest.approx(8.9 * (1 - 111 / 100000), rel=0.03)  # the server's, not 89
+    assert decide(r, "b", "a").winner == "a"
+
+
+def test_every_warning_of_every_input_run_and_every_missing_study_reach_the_comparison(tmp_path):
+    outputs = tmp_path / "outputs"
+    w1 = {"level": "warning", "text": "this machine's load average reached 3.0 on 2 CPU threads.", "about": []}
+    w2 = {"level": "marked", "text": "the client was loaded on purpose.", "about": [111]}
+    a = decode_run(outputs, "moe-35b", 26.0, fingerprint(), seed=1, findings=[w1])
+    b = decode_run(outputs, "dense-27b", 8.9, fingerprint(), seed=2, findings=[w2, {"level": "info", "text": "fine"}])
+    record = Run.create("campaigns", {"notebook": "campaigns", "cells": []}, outputs=outputs, label="c")
+    for run in (a, b):
+        record.record({"cell": f"decode/{run.id}/1", "status": "done", "run": str(run.path)})
+    record.record({"cell": "mmlu_pro/dense-27b/1", "status": "failed", "reason": "mmlu_pro did not start: no data"})
+    plan = compare.Plan.build(campaign=record.id, outputs=str(outputs))
+    found = compare.run_warnings(plan.past)
+    assert sum(len(v) for v in found.values()) == 2
+    assert plan.missing() == ["mmlu_pro/dense-27b/1 failed: mmlu_pro did not start: no data"]
+    nb, folder = run_notebook("compare", tmp_path, {"campaign": record.id})
+    text = outputs_text(nb)
+    assert "load average reached 3.0" in text and "the client was loaded on purpose" in text
+    assert "Missing: mmlu_pro/dense-27b/1 failed" in text
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["missing"] and sum(len(v) for v in summary["run_warnings"].values()) == 2
+    assert verify(folder) == []
 
 
 def test_a_comparison_of_runs_from_different_boxes_shows_the_warning_first(tmp_path):
     a = decode_run(tmp_path / "outputs", "moe-35b", 26.0, fingerprint())
     b = decode_run(tmp_path / "outputs", "dense-27b", 8.9, fingerprint(host="box-b", cpu="EPYC", driver="590.1"))
     nb, folder = run_notebook("compare", tmp_path, {"runs": [a.id, b.id]})
-    first_output = next(o for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", [])
-                        for o in c.get("outputs", []) if o.get("data", {}).get("text/markdown"))
-    assert "DIFFERENT BOXES" in first_output["data"]["text/markdown"]
-    assert "driver differs" in outputs_text(nb)
+    assert "DIFFERENT BOXES" in outputs_text(nb) and "driver differs" in outputs_text(nb)
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["findings"][0]["level"] == "warning" and "DIFFERENT BOXES" in summary["findings"][0]["text"]
     assert "image/png" in outputs_text(nb) and verify(folder) == []
+    table = compare.fingerprint_table(compare.Plan.build(runs=[a.id, b.id], outputs=str(tmp_path / "outputs")).past)
+    assert list(table["differs"])[:4] == ["DIFFERS"] * 3 + [""] and "128.0 GiB" in table.to_string()
 
 
 def test_a_tampered_run_is_refused_with_the_file_named(tmp_path):
@@ -82,45 +211,6 @@ def test_a_tampered_run_is_refused_with_the_file_named(tmp_path):
     (b.path / "summary.json").write_text("{}")
     with pytest.raises(DataError, match="changed: summary.json"):
         compare.Plan.build(runs=[a.id, b.id], outputs=str(tmp_path))
-
-
-def test_the_batch_ratio_is_computed_from_the_runs_beside_the_single_stream_one():
-    h = compare.Headline("a", ["a", "b"], [
-        compare.headline.__globals__["Row"]("batch", "MMLU-Pro batch tok/s", {"a": 120.0, "b": 100.0},
-                                             {"b": stats.Interval(100 / 120, float("nan"), float("nan"), 0.95, "one")},
-                                             note="generated tokens: a 70,000, b 71,000"),
-        compare.headline.__globals__["Row"]("batch", "single-stream", {"a": 26.0, "b": 8.9},
-                                             {"b": stats.median_ratio([8.9, 9.0, 8.8], [26.0, 25.8, 26.2])}),
-    ])
-    text = compare.story(h)
-    assert "b ran at 0.83x a's throughput, where single-stream decode gave 0.34x" in text
-
-
-def prefill_run(tmp_path, model: str, overhead: float, per_token: float, seed=0) -> Run:
-    rng = random.Random(seed)
-    run = Run.create("prefill", {"notebook": "prefill", "model": {"name": model}, "settings": {}}, outputs=tmp_path,
-                     label=model)
-    run.write_json("fingerprint.json", fingerprint())
-    for n in (111, 10714):
-        for rep in range(5):
-            run.record({"prompt_length": n, "rep": rep, "warmup": False, "ttft_s": (overhead + per_token * n)
-                        * (1 + rng.uniform(-0.02, 0.02)), "interference": None, "server": {}})
-    run.seal()
-    return run
-
-
-def test_the_short_prompt_trap_is_spelled_out_from_the_prefill_runs(tmp_path):
-    # The reference study's shape: alike at 111 tokens (overhead), 2.2x apart at 10,714.
-    moe = prefill_run(tmp_path, "moe-35b", 0.25, 0.000267, seed=1)
-    dense = prefill_run(tmp_path, "dense-27b", 0.28, 0.000600, seed=2)
-    plan = compare.Plan.build(runs=[moe.id, dense.id], outputs=str(tmp_path))
-    h = compare.headline(plan.by_study(), plan.models())
-    short, long_ = [r for r in h.rows if r.study == "prefill"]
-    assert short.ratios["dense-27b"].estimate == pytest.approx((0.28 + 0.0666) / (0.25 + 0.0296), rel=0.05)
-    assert long_.ratios["dense-27b"].estimate == pytest.approx(6.71 / 3.11, rel=0.05)
-    text = compare.story(h)
-    assert "a single short-prompt test (111 tokens) would report dense-27b at 1.2" in text
-    assert "moe-35b is ahead on TTFT ms at 111 tokens" in text and "TTFT ms at 10,714 tokens (2.1" in text
 
 
 def test_with_nothing_given_the_newest_campaign_is_compared(tmp_path):
@@ -135,14 +225,15 @@ def test_with_nothing_given_the_newest_campaign_is_compared(tmp_path):
     assert plan.models() == ["moe-35b", "dense-27b"]
 
 
-def mmlu_run(tmp_path, model: str, right: set[int]) -> Run:
-    run = Run.create("mmlu_pro", {"notebook": "mmlu_pro", "model": {"name": model}, "settings": {"stop": []}},
-                     outputs=tmp_path, label=model)
+def mmlu_run(tmp_path, model: str, right: set[int], dataset="MMLU-Pro") -> Run:
+    run = Run.create("mmlu_pro", {"notebook": "mmlu_pro", "model": {"name": model},
+                                  "settings": {"stop": [], "dataset_name": dataset}}, outputs=tmp_path, label=model)
     run.write_json("fingerprint.json", fingerprint())
     for q in range(40):
         said = "A" if q in right else "B"
         run.record({"question_id": str(q), "category": "math", "answer": "A", "finish_reason": "stop",
                     "text": f"Reasoning first. The answer is ({said})."})
+    run.write_json("summary.json", {"findings": []})
     run.seal()
     return run
 
@@ -150,29 +241,38 @@ def mmlu_run(tmp_path, model: str, right: set[int]) -> Run:
 def test_mmlu_pro_is_compared_on_the_shared_questions_with_a_paired_interval(tmp_path):
     a = mmlu_run(tmp_path, "moe-35b", set(range(30)))  # right on 0-29
     b = mmlu_run(tmp_path, "dense-27b", set(range(10, 35)))  # right on 10-34: 10 only A, 5 only B
-    plan = compare.Plan.build(runs=[a.id, b.id], outputs=str(tmp_path))
-    h = compare.headline(plan.by_study(), plan.models())
+    _, h = headline_of(tmp_path, a, b)
     accuracy, paired = [r for r in h.rows if r.study == "MMLU-Pro"]
-    assert accuracy.values == {"moe-35b": 75.0, "dense-27b": 62.5}
+    assert accuracy.values == {"moe-35b": 75.0, "dense-27b": 62.5} and accuracy.role == "context"
     expected = stats.paired_difference(stats.Pairs(both=20, a_only=5, b_only=10, neither=5))  # dense minus moe
     assert paired.ratios["dense-27b"] == expected and paired.kind == "difference"
-    assert "McNemar p = " in paired.note and "15 discordant" in paired.note and "questions" in paired.note
-    assert "data cannot tell them apart on paired difference" in compare.story(h)  # [-35.6, +10.6] holds 0
+    assert "McNemar p = " in paired.note and "15 discordant" in paired.note
+    assert decide(paired, "dense-27b", "moe-35b").outcome == "cannot tell"  # [-35.6, +10.6] holds 0
+    assert "questions would tell" in compare.story(h) or "questions" in paired.needed["dense-27b"]
 
 
+def test_questions_that_are_not_mmlu_pros_are_never_called_mmlu_pro(tmp_path):
+    a = mmlu_run(tmp_path, "a", set(range(30)), dataset="sparknb demo questions")
+    b = mmlu_run(tmp_path, "b", set(range(10, 35)), dataset="sparknb demo questions")
+    _, h = headline_of(tmp_path, a, b)
+    assert {r.study for r in h.rows} == {"sparknb demo questions (not MMLU-Pro)"}
+    assert "MMLU-Pro:" not in compare.story(h) and "MMLU-Pro" not in h.table()["figure"].str.cat()
 
-def test_a_run_whose_box_slowed_down_during_its_sweep_is_named(tmp_path):
-    steady = decode_run(tmp_path, "moe-35b", 26.0, fingerprint(), seed=1)
-    slowing = Run.create("decode", {"notebook": "decode", "model": {"name": "dense-27b"},
-                                    "settings": {"prompt_lengths": [111, 5378], "repetitions": 5}},
-                         outputs=tmp_path, label="dense-27b")
-    slowing.write_json("fingerprint.json", fingerprint())
-    for seq, tps in enumerate([8.9, 8.8, 8.9, 8.85, 6.0], 1):  # the last request at the length: a third slower
-        slowing.record({"seq": seq, "prompt_length": 111, "rep": seq - 1, "warmup": False, "prompt_tokens": 111,
-                        "completion_tokens": 150, "decode_tokens": 149, "ttft_s": 0.1, "decode_s": 149 / tps,
-                        "decode_tokens_per_s": tps, "interference": None, "server": {}})
-    slowing.seal()
-    plan = compare.Plan.build(runs=[steady.id, slowing.id], outputs=str(tmp_path))
-    (warned,) = compare.warnings(plan.past)
-    assert warned.level == "warning" and f"decode run {slowing.id} (dense-27b)" in warned.text
-    assert "8.9 first, 6.0 last" in warned.text
+
+def test_the_batch_ratio_is_context_never_a_verdict():
+    r = Row("batch", "MMLU-Pro batch tok/s", {"a": 120.0, "b": 100.0}, {"a": 1, "b": 1},
+            {"b": stats.Interval(100 / 120, float("nan"), float("nan"), 0.95, "one")}, role="context")
+    assert decide(r, "b", "a").outcome == "context"
+
+
+def test_the_chart_turns_lower_is_better_figures_so_better_is_always_right(tmp_path):
+    quick = prefill_run(tmp_path, "quick", 0.05, 0.0001, seed=1)
+    slow = prefill_run(tmp_path, "slow", 0.05, 0.0004, seed=2)
+    _, h = headline_of(tmp_path, quick, slow)
+    fig = compare.plot(h)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert all("inverted: lower is better" in label for label in labels)
+    xs = [line.get_xdata()[0] for line in ax.lines if len(line.get_xdata()) == 1]
+    assert xs and max(xs) < 1  # slow is slower: left of 1, the base's side
+    assert "better ->" in ax.get_xlabel()

@@ -125,6 +125,20 @@ def test_no_password_or_key_reaches_any_file_of_a_sparknb_run(tmp_path, tiny_moe
     printed = capsys.readouterr()
     assert CANARY_PASSWORD not in printed.out + printed.err
     assert verify(folder) == []
+    # The record keeps where it measured, the password alone masked.
+    recorded = json.loads((folder / "params.json").read_text())["endpoint"]
+    assert recorded == tiny_moe.url.replace("http://", "http://someone:***@")
+
+
+def test_an_unknown_or_mistyped_parameter_is_refused_before_any_kernel_starts(tmp_path, capsys):
+    code = main(["run", "decode", "--outputs", str(tmp_path), "-p", "prompt_lenghts", "[111]",
+                 "-p", "resume_from", "x", "-p", "warmup", "many"])
+    err = capsys.readouterr().err
+    assert code == 2 and not (tmp_path / "decode").exists()
+    assert "prompt_lenghts: not a parameter of decode.ipynb; its parameters: model, endpoint, prompt_lengths" in err
+    assert "resume_from: not a parameter" in err and "warmup: 'many' is not of type int" in err
+    assert main(["run", "decode", "--outputs", str(tmp_path), "-p", "run_id", "mine"]) == 2
+    assert "run_id: set by sparknb itself" in capsys.readouterr().err
 
 
 @pytest.mark.server
@@ -216,9 +230,11 @@ def test_a_failure_halfway_keeps_every_record_taken(tmp_path, tiny_dense):
 
 
 def _measured(rows):
-    return pd.DataFrame([{"seq": k, "prompt_length": p, "prompt_tokens": p, "completion_tokens": 150, "decode_tokens": 149,
-                          "ttft_s": 0.1, "decode_s": d, "decode_tok_s": 149 / d, "server_decode_s": s,
-                          "server_ttft_s": 0.09, "tokens_per_step": None, "interference": i, "unchecked": None}
+    """Records as the sweep writes them, through decode.frame (the burst rule included)."""
+    return decode.frame([{"seq": k, "prompt_length": p, "prompt_tokens": p, "completion_tokens": 150,
+                          "decode_tokens": 149, "ttft_s": 0.1, "decode_s": d, "decode_tokens_per_s": 149 / d,
+                          "interference": i, "server": {"decode_s": s, "ttft_s": 0.09, "spec_decode": {},
+                                                        "unchecked": []}}
                          for k, (p, d, s, i) in enumerate(rows)])
 
 
@@ -241,10 +257,17 @@ def test_the_table_sets_the_median_against_the_bandwidth_limit_and_the_findings_
     assert row["decode tok/s (median)"] == pytest.approx((8.4 + 8.6) / 2)
     assert row["limit tok/s"] == pytest.approx(273e9 / 30.6e9, rel=0.01)
     assert row["% of limit"] == pytest.approx(100 * 8.5 / (273 / 30.6), rel=0.01)  # 95%
+    assert row["server-timed"] == 1  # the burst counted at the server's 0.50 s, not the client's 0.02 s
+    assert row["max"] == pytest.approx(149 / 0.50) and row["spread x"] == pytest.approx(298 / 8.0)
     notes = decode.findings(df, table, study.limit, gb10.name)
     text = "\n".join(map(str, notes))
     assert "WARNING: 1 request(s) were left out" in text
-    assert "1 of 4 answers reached the client in bursts" in text
+    assert "1 of 4 answers reached the client in bursts" in text and "counted at the server's time" in text
+    spread = next(n for n in notes if "ranged from" in n.text)  # a 37x spread at one length: not a steady box
+    assert spread.level == "warning" and spread.about == (111,)
+    few = next(n for n in notes if "Too few clean requests" in n.text)
+    assert few.about == (111,) and "111 tokens (4)" in few.text
+    assert "No change with context is claimed" not in text  # one length only: no change to claim
     assert f"{row['% of limit']:.0f}% to {row['% of limit']:.0f}% of the bandwidth limit" in text and "30.6 GB" in text
 
 
@@ -328,3 +351,37 @@ def test_compare_with_sets_earlier_runs_beside_this_one_with_intervals(tmp_path)
     assert any(n.level == "warning" and "ran elsewhere: host differs" in n.text for n in notes)
     with pytest.raises(DataError, match="no such run folder"):
         decode.Plan.build(prompt_lengths=[111], compare_with=["no-such-run"], outputs=str(tmp_path))
+
+
+@pytest.mark.server
+def test_repetitions_auto_stops_at_the_target_on_a_quiet_server_and_at_the_cap_on_a_noisy_one(tmp_path, tiny_dense):
+    import subprocess
+    import sys
+
+    # A loose target a quiet tiny server reaches within a few rounds (tiny-dense: no speculation, whose
+    # acceptance on random text would spread the speeds by itself).
+    (tmp_path / "quiet").mkdir()
+    (tmp_path / "noisy").mkdir()
+    nb, folder = run_plain(tmp_path / "quiet", tiny_dense, "tiny-dense", prompt_lengths=[64, 128], output_tokens=32,
+                           repetitions="auto", target_width=0.5, max_repetitions=12, warmup=1)
+    summary = json.loads((folder / "summary.json").read_text())
+    stopped = {r["prompt tokens"]: r["stopped"] for r in summary["table"]}
+    assert all(why.startswith("reached +/-") and "target +/-50%" in why for why in stopped.values()), stopped
+    assert all(r["n"] < 12 for r in summary["table"])
+    assert "reached +/-" in outputs_text(nb)  # said in the report
+    # A CPU hog switched on and off at random while the sweep runs: no median settles within +/-0.5%.
+    hog = subprocess.Popen([sys.executable, "-c", "import random, time\nwhile True:\n"
+                            "    end = time.monotonic() + random.uniform(0, 0.2)\n"
+                            "    while time.monotonic() < end: pass\n"
+                            "    time.sleep(random.uniform(0, 0.2))"])
+    try:
+        nb, folder = run_plain(tmp_path / "noisy", tiny_dense, "tiny-dense", prompt_lengths=[64], output_tokens=32,
+                               repetitions="auto", target_width=0.005, max_repetitions=8, warmup=0)
+    finally:
+        hog.kill()
+        hog.wait()
+    summary = json.loads((folder / "summary.json").read_text())
+    (row,) = summary["table"]
+    assert row["stopped"].startswith("stopped at the cap of 8 requests") and row["n"] == 8
+    text = outputs_text(nb)
+    assert "stopped at the cap of 8 requests" in text and "too noisy for the target" in text

@@ -20,10 +20,10 @@ def test_the_ratio_table_divides_medians_at_each_length():
     moe = prefill.frame(synthetic(lambda n: 0.05 + 1e-4 * n, noise=0))
     t = prefill.ratio_table({"moe": moe, "dense": dense}, base="moe")
     assert list(t.columns) == ["moe TTFT ms", "dense TTFT ms", "dense / moe", "dense / moe low", "dense / moe high",
-                               "dense / moe (vLLM)"]
+                               "dense / moe (server)"]
     assert t.loc[111, "dense / moe"] == pytest.approx((0.05 + 0.0222) / (0.05 + 0.0111))
     assert t.loc[5378, "dense / moe"] == pytest.approx((0.05 + 1.0756) / (0.05 + 0.5378))
-    assert t.loc[111, "dense / moe (vLLM)"] == pytest.approx((0.05 + 0.0222 - 0.002) / (0.05 + 0.0111 - 0.002))
+    assert t.loc[111, "dense / moe (server)"] == pytest.approx((0.05 + 0.0222 - 0.002) / (0.05 + 0.0111 - 0.002))
     # No noise, no spread: the interval closes on the ratio.
     assert t.loc[5378, "dense / moe low"] == pytest.approx(t.loc[5378, "dense / moe high"])
     short = prefill.frame(synthetic(lambda n: 0.1, lengths=(111, 364)))

@@ -57,8 +57,8 @@ def check_plain_run(nb, folder, model):
         assert row["n"] == 3 and row["TTFT ms (median)"] == pytest.approx(1000 * statistics.median(ttfts))
         assert row["min"] == pytest.approx(1000 * min(ttfts)) and row["max"] == pytest.approx(1000 * max(ttfts))
         assert row["prefill tok/s"] == pytest.approx(length / statistics.median(ttfts))
-        assert row["vLLM prefill ms"] == pytest.approx(1000 * statistics.median(s["prefill_s"] for s in server))
-        assert row["vLLM queue ms"] is not None and row["cache hit %"] == 0
+        assert row["server prefill ms"] == pytest.approx(1000 * statistics.median(s["prefill_s"] for s in server))
+        assert row["server queue ms"] is not None and row["cache hit %"] == 0
     for r in records:  # the client cannot see a token before the server made it
         assert r["ttft_s"] >= r["server"]["ttft_s"] - 0.002
     check_fit(summary, records)
@@ -70,7 +70,7 @@ def check_plain_run(nb, folder, model):
         assert shared[f"pp{n}"]["tokens_per_s"] == pytest.approx(sum(n / s for s in ttfts) / len(ttfts))
     assert verify(folder) == []
     text = outputs_text(nb)
-    assert "vLLM prefill ms" in text and "fixed overhead per request" in text and "image/png" in text
+    assert "server prefill ms" in text and "fixed overhead per request" in text and "image/png" in text
     assert "No compare_with runs given" in text and "tqdm" not in text and "%|" not in text
 
 
@@ -123,7 +123,7 @@ def test_the_comparison_is_read_from_the_sealed_records_of_the_other_run(tmp_pat
         assert row["tiny-dense TTFT ms"] == pytest.approx(theirs)
         assert row["tiny-dense / tiny-moe"] == pytest.approx(theirs / mine[n])
         assert row["tiny-dense / tiny-moe low"] <= row["tiny-dense / tiny-moe"] <= row["tiny-dense / tiny-moe high"]
-        assert row["tiny-dense / tiny-moe (vLLM)"] > 0
+        assert row["tiny-dense / tiny-moe (server)"] > 0
     assert json.loads((folder / "params.json").read_text())["settings"]["compare_with"] == [str(dense_folder)]
     assert "Against tiny-dense: the 100-token test would have said" in summary["story"]
     text = outputs_text(nb)

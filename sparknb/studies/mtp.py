@@ -20,6 +20,10 @@ from ..prompts import filler
 from ..report import Finding, info, warning
 from ..run import PastRun, measured, read_past
 from ..study import Study
+from ..verdict import Row, Runs, caveats, median_row, setting_differences
+from .decode.tables import BURST, timing
+
+SAME = ("temperature", "output_tokens", "prompt_set")  # settings that change what a speed is
 
 FILLER = "random filler"
 SHORT_ANSWER = 128  # tokens: below this a tokens-per-step median rests on too few steps
@@ -99,37 +103,40 @@ def sweep(study: Study, plan: Plan) -> pd.DataFrame:
                 )
                 row = _row(rec)
                 tps = row["tokens_per_step"]
+                speed = "n/a" if row["tok_s"] is None else f"{row['tok_s']:.1f}"
                 print(f"[{k}/{total}] {kind}{' (warmup)' if rep < 0 else ''}: {rec['completion_tokens']} tokens, "
-                      f"{row['tok_s']:.1f} tok/s, {'unknown' if tps is None else f'{tps:.2f}'} tokens/step"
+                      f"{speed} tok/s{' by the server' + chr(39) + 's clock' if row['burst'] else ''}, "
+                      f"{'unknown' if tps is None else f'{tps:.2f}'} tokens/step"
                       + (f"  !! left out: {row['excluded']}" if row["excluded"] else "")
-                      + (f"  !! reached the client in a burst ({row['burst']})" if row["burst"] else ""), flush=True)
+                      + (f"  !! BURST: the client saw {row['client_tok_s']:.1f} tok/s, a delivery, not a decoding speed"
+                         if row["burst"] else ""), flush=True)
     return frame(study.records())
 
 
 def _row(r: dict) -> dict:
-    """One request's figures. A burst spoils only the client's clock: the counters stay good."""
+    """One request's figures, by decode's burst rule (decode.tables.timing): an answer that reached the client
+    in a burst is counted at the server's time; its tokens per step come from the counters either way."""
     spec = r["server"]["spec_decode"]
     tps = spec["tokens_per_step"]
-    tok_s = r["decode_tokens_per_s"] or float("nan")
-    excluded, burst = r.get("interference"), None
-    server_s = r["server"]["decode_s"]
+    t = timing(r)
+    excluded = r.get("interference")
     if not excluded and (spec["accepted_tokens"] or 0) > (r["completion_tokens"] or 0):
         excluded = (f"{spec['accepted_tokens']:g} draft tokens accepted for a {r['completion_tokens']}-token "
                     "answer: the counters include another request")
-    if server_s and r["decode_s"] is not None and abs(r["decode_s"] - server_s) > 0.1 * server_s:
-        burst = f"{r['decode_s']:.2f} s first to last token here, {server_s:.2f} s in vLLM"
-        tok_s = float("nan")
+    tok_s = t["decode_tok_s"]
     return {
         "kind": r["kind"],
         "answer_tokens": r["completion_tokens"],
         "tok_s": tok_s,
+        "client_tok_s": t["client_tok_s"],
+        "timed_by": t["timed_by"],
         "tokens_per_step": tps,
         "acceptance_rate": spec["acceptance_rate"],
         "acceptance_per_position": spec["acceptance_per_position"],
-        "ms_per_step": 1000 * tps / tok_s if tps is not None and tok_s == tok_s and tok_s > 0 else float("nan"),
+        "ms_per_step": 1000 * tps / tok_s if tps is not None and tok_s else None,
         "drafts": spec["drafts"],
         "excluded": excluded,
-        "burst": burst,
+        "burst": t["burst"],
     }
 
 
@@ -148,17 +155,18 @@ def summarize(df: pd.DataFrame, study: Study) -> pd.DataFrame:
         rows.append({
             "prompt": kind,
             "n": len(g),
-            "tok/s": float(g["tok_s"].median()),
+            "tok/s": _median(g["tok_s"]),
             "tokens/step": tps,
             "acceptance": g["acceptance_rate"].median(),
-            "ms/step": float(g["ms_per_step"].median()),
+            "ms/step": _median(g["ms_per_step"]),
+            "server-timed": int(g["burst"].sum()),
             "answer tokens": answer,
             "short answer": answer < SHORT_ANSWER,
             "GB read/token": study.limit.bytes_per_token(tps) / 1e9 if tps else None,
             "limit tok/s": study.limit.tokens_per_s(tps) if tps else None,
         })
     table = pd.DataFrame(rows)
-    return table.sort_values("tok/s", ascending=False).set_index("prompt") if rows else table
+    return table.sort_values("tok/s", ascending=False, na_position="last").set_index("prompt") if rows else table
 
 
 def compare(table: pd.DataFrame, past: list[PastRun]) -> tuple[pd.DataFrame, list[Finding]]:
@@ -184,11 +192,12 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, study: Study, speculative: b
     if len(excluded):
         notes.append(warning(f"{len(excluded)} request(s) left out of the medians: "
                              + "; ".join(sorted(set(excluded["excluded"])))[:400]))
-    bursts = df[df["burst"].notna() & df["excluded"].isna()]
+    bursts = df[df["burst"] & df["excluded"].isna()]
     if len(bursts):
-        notes.append(warning(f"{len(bursts)} answer(s) reached the client in bursts (first-to-last-token time "
-                             "more than 10% off vLLM's own), so their tokens per second are left out; their tokens "
-                             "per step, from the server's counters, are kept."))
+        notes.append(info(f"{len(bursts)} answer(s) reached the client in bursts (first-to-last-token time more than "
+                          f"{BURST:.0%} off the server's own), so they are counted at the server's time, as decode "
+                          "counts them ('server-timed' per kind); their tokens per step come from the server's "
+                          "counters either way.", tuple(sorted(set(bursts["kind"])))))
     if table.empty:
         return notes + [info("No clean measurement was taken.")]
     if not speculative and study.model.speculative:
@@ -199,22 +208,65 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, study: Study, speculative: b
                           "counters), so every step yields one token; tokens per second is reported as it is. "
                           "Compare a speculative run of the same model against this one with `compare_with`."))
     fast, slow = table.iloc[0], table.iloc[-1]
-    notes.append(info(f"Tokens per second range from {slow['tok/s']:.1f} ({table.index[-1]}) to {fast['tok/s']:.1f} "
-                 f"({table.index[0]}), {fast['tok/s'] / slow['tok/s']:.2f}x, with tokens per step from "
-                      f"{table['tokens/step'].min():.2f} to {table['tokens/step'].max():.2f}."))
-    steps = table["ms/step"]
-    spread = (steps.max() - steps.min()) / steps.median()
-    notes.append(info(f"Time per step is {steps.min():.1f} to {steps.max():.1f} ms across kinds ({100 * spread:.0f}% "
-                      + ("spread): nearly constant, so the speed follows tokens per step." if spread < 0.2 else
-                         "spread): not constant, so something beyond acceptance changes with the text.")))
+    steps_seen = table["tokens/step"].dropna()
+    per_step = (f"tokens per step from {steps_seen.min():.2f} to {steps_seen.max():.2f}" if len(steps_seen)
+                else "tokens per step unknown")
+    notes.append(info(f"Tokens per second range from {_num(slow['tok/s'])} ({table.index[-1]}) to {_num(fast['tok/s'])} "
+                      f"({table.index[0]}), with {per_step}."))
+    steps = table["ms/step"].dropna()
+    if len(steps):
+        spread = (steps.max() - steps.min()) / steps.median()
+        notes.append(info(f"Time per step is {steps.min():.1f} to {steps.max():.1f} ms across kinds "
+                          f"({100 * spread:.0f}% " + ("spread): nearly constant, so the speed follows tokens per step."
+                                                     if spread < 0.2 else "spread): not constant, so something beyond "
+                                                     "acceptance changes with the text.")))
+    else:
+        notes.append(info("Time per step is unknown: tokens per step could not be read from the server."))
     if FILLER in table.index:
         f = table.loc[FILLER]
-        notes.append(info(f"Random filler gives {f['tok/s']:.1f} tok/s at {f['tokens/step']:.2f} tokens/step: a "
+        notes.append(info(f"Random filler gives {_num(f['tok/s'])} tok/s at {_num(f['tokens/step'], '.2f')} tokens/step: a "
                           "benchmark that only sends filler would report that and nothing of the range above."))
     short = list(table.index[table["short answer"]])
     if short:
         notes.append(info(f"Answers of {short} were shorter than {SHORT_ANSWER} tokens: those rows are less precise."))
     return notes
+
+
+def _median(values: pd.Series) -> float | None:
+    values = values.dropna()
+    return float(values.median()) if len(values) else None
+
+
+def _num(value, fmt: str = ".1f") -> str:
+    """A figure for a sentence; 'unknown' where it could not be read (never 'nan')."""
+    return "unknown" if value is None or value != value else format(value, fmt)
+
+
+def headline_rows(runs: Runs) -> list[Row]:
+    """Per kind of prompt: tok/s (a verdict row) and tokens per step (context), on the kinds both runs sent."""
+    from .decode.headline import one_sided
+
+    mine = runs.of("mtp")
+    frames = {s: frame(r.records) for s, r in mine.items()}
+    frames = {s: f[f["excluded"].isna()] for s, f in frames.items() if len(f)}
+    if not frames:
+        return []
+    spec = one_sided(mine)
+    apart = setting_differences(mine, SAME)
+    rows = []
+    for kind in [k for k in dict.fromkeys(next(iter(frames.values()))["kind"]) if all(k in set(f["kind"]) for f in frames.values())]:
+        at = {s: f[f["kind"] == kind] for s, f in frames.items()}
+        steps = {s: 1.0 if not speculative_run(mine[s]) else _median(g["tokens_per_step"]) for s, g in at.items()}
+        rows.append(Row("speculative decoding", f"tokens/step, {kind}", steps, role="context", better="none"))
+        rows.append(median_row("speculative decoding", f"tok/s, {kind}",
+                               {s: g["tok_s"].dropna().tolist() for s, g in at.items()}, runs.base,
+                               caveats={s: caveats(mine[s], kind) + spec.get(s, ()) for s in at},
+                               not_comparable=apart))
+    return rows
+
+
+def speculative_run(run: PastRun) -> bool:
+    return bool((run.params.get("model") or {}).get("speculative"))
 
 
 def plot(table: pd.DataFrame, study: Study):

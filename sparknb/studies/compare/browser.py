@@ -62,13 +62,14 @@ def show(plan: Plan) -> None:
     from IPython.display import Markdown, display
 
     from ...report import markdown, picture
-    from .fingerprints import warnings
+    from .fingerprints import run_warnings, run_warnings_markdown, warnings
     from .headline import headline
     from .plots import plot
     from .story import story
 
+    h = headline(plan.compared())
+    display(Markdown(story(h, plan.missing())))
     display(Markdown(markdown(warnings(plan.past)) or "Same box, driver and server version."))
-    h = headline(plan.by_study(), plan.models())
+    display(Markdown(run_warnings_markdown(run_warnings(plan.past))))
     display(h.table())
     display(picture(plot(h)))  # a Figure outside pyplot: see plot
-    display(Markdown(story(h)))

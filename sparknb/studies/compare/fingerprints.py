@@ -1,38 +1,71 @@
-"""The runs' fingerprints side by side, and every difference that matters, said before any number."""
+"""The runs' fingerprints side by side, every difference that matters, and every warning of every run,
+all said before any number."""
 
 from __future__ import annotations
+
+import html
 
 import pandas as pd
 
 from ... import fingerprint
-from ...report import Finding, duration, warning
+from ...report import Finding, warning
 from ...run import PastRun
-from ...study import drifts
-from .. import decode, prefill
+from ...verdict import warnings_of
 
 # Settings that differ between runs on purpose, or that do not change what is measured.
 NOT_A_DIFFERENCE = {"model", "models", "endpoint", "run_id", "outputs", "seal", "force", "compare_with",
                     "resume_from", "questions", "prompts", "dataset_source"}
+GIB = 2 ** 30
 
 
 def _label(run: PastRun) -> str:
     return f"{run.notebook}: {run.label} ({run.id[-6:]})"
 
 
+def _shown(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v > GIB:
+        return f"{v / GIB:.1f} GiB"
+    return str(v)
+
+
 def fingerprint_table(past: list[PastRun]) -> pd.DataFrame:
-    """One column per run, one row per fact of its fingerprint that a comparison depends on."""
+    """One column per run, one row per fact of its fingerprint that a comparison depends on; the rows that
+    differ between runs first (marked), sizes in GiB."""
     rows = {}
     for run in past:
         fp = run.fingerprint
         facts = {f"{facet}: {k}": v for facet, pick in fingerprint.FACETS.items() for k, v in pick(fp).items()}
         facts["taken at"] = fp.get("taken_at")
         facts["sparknb commit"] = (fp.get("project") or {}).get("commit")
-        rows[_label(run)] = {k: "-" if v is None else str(v) for k, v in facts.items()}
-    return pd.DataFrame(rows)
+        rows[_label(run)] = {k: _shown(v) for k, v in facts.items()}
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    differ = table.nunique(axis=1) > 1
+    table.insert(0, "differs", differ.map({True: "DIFFERS", False: ""}))
+    return pd.concat([table[differ], table[~differ]])
+
+
+def fingerprint_view(past: list[PastRun]):
+    """For the notebook: the differing rows as a table, the identical ones folded under them (plain HTML, no script)."""
+    from IPython.display import HTML
+
+    table = fingerprint_table(past)
+    if table.empty:
+        return HTML("<p>No fingerprints.</p>")
+    differ, same = table[table["differs"] != ""].drop(columns="differs"), table[table["differs"] == ""].drop(columns="differs")
+    top = (f"<p><b>{len(differ)} fact(s) differ between the runs:</b></p>" + differ.to_html(escape=True)
+           if len(differ) else "<p>Every fact below is the same in every run.</p>")
+    folded = (f"<details><summary>{len(same)} fact(s) the same in every run (click to show)</summary>"
+              f"{same.to_html(escape=True)}</details>")
+    return HTML(top + folded)
 
 
 def warnings(past: list[PastRun]) -> list[Finding]:
-    """Different boxes first and loudest, then drivers, server builds, model builds and study settings."""
+    """Different boxes first and loudest, then drivers, server builds, speculative set-ups, model builds and
+    study settings."""
     if not past:
         return []
     notes = []
@@ -49,6 +82,7 @@ def warnings(past: list[PastRun]) -> list[Finding]:
         for facet, diffs in fingerprint.differences(served[0].fingerprint, run.fingerprint,
                                                     ("driver", "server version")).items():
             notes.append(warning(f"{run.id}: {facet} differs from {served[0].id}: {', '.join(diffs)}."))
+    notes += _speculation(served)
     seen: dict[str, PastRun] = {}
     for run in past:
         first = seen.setdefault(run.notebook, run)
@@ -59,7 +93,6 @@ def warnings(past: list[PastRun]) -> list[Finding]:
         if differ:
             notes.append(warning(f"The {run.notebook} runs {first.id} and {run.id} were run with different settings: "
                                  + "; ".join(f"{k} {mine.get(k)!r} vs {theirs.get(k)!r}" for k in differ) + "."))
-    notes += _drifts(past)
     builds = {}
     for run in past:
         server = run.fingerprint.get("server") or {}
@@ -70,16 +103,31 @@ def warnings(past: list[PastRun]) -> list[Finding]:
     return notes
 
 
-def _drifts(past: list[PastRun]) -> list[Finding]:
-    """A run whose box warmed up or slowed down during its sweep: its first and last requests at the same
-    length differ beyond the spread of the ones between (decode and prefill runs taken in order)."""
-    notes = []
-    for run in past:
-        if run.notebook == "decode":
-            found = drifts(decode.frame(run.records), "decode_tok_s", "decode tok/s")
-        elif run.notebook == "prefill":
-            found = drifts(prefill.frame(run.records), "ttft_s", "TTFT", duration)
-        else:
-            continue
-        notes += [warning(f"{run.notebook} run {run.id} ({run.label}): {f.text}") for f in found]
-    return notes
+def _speculation(served: list[PastRun]) -> list[Finding]:
+    """One server speculating while another does not: every speed between them depends on the text."""
+    by_model = {}
+    for run in served:
+        spec = (run.fingerprint.get("server") or {}).get("speculative")
+        declared = spec.get("declared") if isinstance(spec, dict) else (run.params.get("model") or {}).get("speculative")
+        by_model.setdefault(run.label, declared)
+    if len({bool(v) for v in by_model.values()}) < 2:
+        return []
+    shown = "; ".join(f"{m}: {v or 'none'}" for m, v in by_model.items())
+    return [warning(f"The servers do not speculate alike ({shown}): a speed of one against the other depends on how "
+                    "predictable the text is, so those rows are caveated.")]
+
+
+def run_warnings(past: list[PastRun]) -> dict[str, list[str]]:
+    """Every warning each run states about itself (and its failure), by run: nothing of them is dropped."""
+    return {f"{run.notebook} run {run.id} ({run.label})": w for run in past if (w := warnings_of(run))}
+
+
+def run_warnings_markdown(found: dict[str, list[str]]) -> str:
+    if not found:
+        return "No run compared here states a warning about itself."
+    total = sum(len(v) for v in found.values())
+    lines = [f"**{total} warning(s) from the {len(found)} run(s) below**, each as its own report states it:"]
+    for run, ws in found.items():
+        lines.append(f"- **{html.escape(run)}**")
+        lines += [f"    - {w}" for w in ws]
+    return "\n".join(lines)

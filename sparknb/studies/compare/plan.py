@@ -7,7 +7,8 @@ from typing import ClassVar
 from pydantic import Field, PrivateAttr, model_validator
 
 from ... import params
-from ...run import PastRun, read_past
+from ...run import PastRun, read_past, read_records
+from ...verdict import Runs
 
 
 class Plan(params.Plan):
@@ -47,3 +48,24 @@ class Plan(params.Plan):
     def models(self) -> list[str]:
         """The models in the order given: the first is the base every ratio divides by."""
         return list(dict.fromkeys(r.label for r in self._past if r.notebook != "swap"))
+
+    def compared(self) -> Runs:
+        return Runs(self.by_study(), self.models())
+
+    def missing(self) -> list[str]:
+        """Every study that is not compared for every model, and why: a campaign's failed cells with their
+        reasons, and studies run for some models only."""
+        out = []
+        if self._campaign:
+            from ... import campaign
+
+            for r in campaign.failed(self._campaign, self.outputs):
+                out.append(f"{r['cell']} failed: {str(r.get('reason', 'no reason recorded')).splitlines()[0][:300]}")
+        models = self.models()
+        for study, runs in self.by_study().items():
+            if study == "swap":
+                continue
+            absent = [m for m in models if m not in runs]
+            if absent:
+                out.append(f"{study} has no run of {', '.join(absent)}, so it is not compared for them")
+        return out

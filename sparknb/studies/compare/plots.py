@@ -1,14 +1,22 @@
-"""Every ratio of the headline on one chart: where each model is ahead, and how sure the runs are."""
+"""Every ratio of the headline on one chart, turned so that better is always to the right of 1."""
 
 from __future__ import annotations
 
 import math
 
+from ...verdict import decide
 from .headline import Headline
+
+STYLE = {"wins": ("o", 1.0), "cannot tell": ("o", 1.0), "caveated": ("o", 0.35), "not comparable": ("x", 0.35),
+         "trap": ("x", 0.35)}
 
 
 def plot(h: Headline):
-    """One point per figure and model, its 95% interval as a bar, 1 as the line of no difference.
+    """One point per figure and subject, its 95% interval as a bar, 1 as the line of no difference.
+
+    A figure where lower is better (a time) is shown inverted (the base's over the subject's), so that
+    right of 1 always means the subject is better; the label says so. Filled points could decide; faded
+    ones are caveated, not comparable, or the short-prompt trap.
 
     A Figure of its own, outside pyplot: the run browser draws it inside a widget's callback, and
     JupyterLab hands other widget messages to a second thread of the kernel, after each of which the
@@ -18,28 +26,41 @@ def plot(h: Headline):
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    items = [(f"{r.study}: {r.measure}", m, r.ratios[m]) for r in h.rows if r.kind == "ratio"
-             for m in h.models[1:] if m in r.ratios]
-    fig = Figure(figsize=(8, 0.35 * max(len(items), 3) + 1.5))
+    items = []
+    for r in h.rows:
+        if r.kind != "ratio" or r.better == "none":
+            continue
+        for s in h.subjects[1:]:
+            ratio = r.ratios.get(s)
+            if ratio is None or not ratio.estimate or ratio.estimate <= 0:
+                continue
+            flip = r.better == "lower"
+            est, low, high = ((1 / ratio.estimate, 1 / ratio.high, 1 / ratio.low) if flip and not math.isnan(ratio.low)
+                              else (1 / ratio.estimate, math.nan, math.nan) if flip
+                              else (ratio.estimate, ratio.low, ratio.high))
+            label = f"{r.study}: {r.figure}" + (" (inverted: lower is better)" if flip else "")
+            items.append((label, s, est, low, high, decide(r, s, h.base).outcome))
+    fig = Figure(figsize=(8.5, 0.35 * max(len(items), 3) + 1.8))
     ax = fig.subplots()
     if not items:
-        ax.text(0.5, 0.5, "no ratio to show: the runs cover one model only", ha="center", va="center")
+        ax.text(0.5, 0.5, "no ratio to show: the runs cover one subject only", ha="center", va="center")
         ax.set_axis_off()
         return fig
-    for y, (label, model, ratio) in enumerate(items):
-        color = f"C{h.models.index(model) - 1}"
-        if not math.isnan(ratio.low):
-            ax.plot([ratio.low, ratio.high], [y, y], color=color, lw=3, alpha=0.5)
-        ax.plot(ratio.estimate, y, "o", color=color)
+    for y, (_, subject, est, low, high, outcome) in enumerate(items):
+        color = f"C{h.subjects.index(subject) - 1}"
+        marker, alpha = STYLE.get(outcome, ("o", 1.0))
+        if not math.isnan(low):
+            ax.plot([low, high], [y, y], color=color, lw=3, alpha=0.5 * alpha)
+        ax.plot(est, y, marker, color=color, alpha=alpha)
     ax.axvline(1, color="grey", ls=":")
-    ax.set_yticks(range(len(items)), [f"{label} ({model})" for label, model, _ in items], fontsize=8)
+    ax.set_yticks(range(len(items)), [f"{label} ({s})" for label, s, *_ in items], fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
     # Plain tick labels (0.5, 1, 2): a ratio reads as a number, not as a power of ten.
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel(f"ratio to {h.base} (95% interval)")
-    ax.set_title(f"Each model against {h.base}")
+    ax.set_xlabel(f"<- {h.base} better    advantage over {h.base} (95% interval)    subject better ->")
+    ax.set_title(f"Each subject against {h.base}; faded: caveated or the trap, never deciding")
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     return fig

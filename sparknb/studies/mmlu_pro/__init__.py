@@ -9,6 +9,7 @@ eight at a time), each recorded the moment it ends (measure).
 from .compare import BatchSpeed, Comparison, batch_speed, compare, comparison_markdown
 from .data import FILES, LETTERS, Dataset, Question, download, draw, load, load_suite
 from .findings import findings, summary
+from .headline import headline_rows
 from .grading import (
                       CUT_BY_STOP,
                       HIT_MAX_TOKENS,
@@ -33,6 +34,7 @@ from .scores import Scores, scores, scores_markdown
 from .tables import batch_table, table
 
 __all__ = [
+    "headline_rows",
     "CUT_BY_STOP", "FILES", "HIT_MAX_TOKENS", "LETTERS", "NOTEBOOK", "NO_ANSWER_LINE",
     "Batch", "BatchSpeed", "Comparison", "Dataset", "Extraction", "Grade", "Plan", "Question", "Scores", "Traps",
     "Work", "answered", "ask", "batch_speed", "batch_table", "compare", "comparison_markdown",

@@ -10,12 +10,14 @@ from ...errors import CacheHitError, FitError
 from .compare import Comparison, compare, ratio_table
 from .findings import findings, story, summary
 from .fit import LEVEL, Estimate, Fit, fit
+from .headline import headline_rows
 from .measure import CacheCount, check_no_cache_hits, repeating, sweep
 from .plan import DEFAULT_LENGTHS, NOTEBOOK, Plan
 from .plots import plot, plot_comparison
 from .tables import frame, measured_lengths, share, summarize
 
 __all__ = [
+    "headline_rows",
     "DEFAULT_LENGTHS", "LEVEL", "NOTEBOOK", "CacheCount", "CacheHitError", "Comparison", "Estimate", "Fit",
     "FitError", "Plan", "check_no_cache_hits", "compare", "findings", "fit", "frame",
     "measured_lengths", "plot", "plot_comparison", "ratio_table", "repeating", "share", "story", "summarize", "summary",

@@ -45,9 +45,9 @@ def ratio_table(frames: dict[str, pd.DataFrame], base: str, level: float = LEVEL
         out[col] = t["TTFT ms (median)"] / tables[base]["TTFT ms (median)"]
         bounds = [stats.median_ratio(ttfts[label][n], ttfts[base][n], level, seed) for n in out.index]
         out[f"{col} low"], out[f"{col} high"] = [b.low for b in bounds], [b.high for b in bounds]
-        # The same ratio from vLLM's own TTFT: free of whatever held up either client.
-        if t["vLLM TTFT ms"].notna().all() and tables[base]["vLLM TTFT ms"].notna().all():
-            out[f"{col} (vLLM)"] = t["vLLM TTFT ms"].astype(float) / tables[base]["vLLM TTFT ms"].astype(float)
+        # The same ratio from the server's own TTFT: free of whatever held up either client.
+        if t["server TTFT ms"].notna().all() and tables[base]["server TTFT ms"].notna().all():
+            out[f"{col} (server)"] = t["server TTFT ms"].astype(float) / tables[base]["server TTFT ms"].astype(float)
     return out
 
 

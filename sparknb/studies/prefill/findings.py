@@ -15,19 +15,21 @@ import pandas as pd
 
 from ...report import Finding, as_records, duration, info, warning
 from ...study import drifts
+from ...verdict import MIN_SAMPLES
 from .compare import Comparison
 from .fit import Fit
 from .measure import UNCHECKED, CacheCount
 from .plan import Plan
 from .tables import clean
 
-SERVER_COLUMNS = {"vLLM TTFT ms": "time_to_first_token", "vLLM prefill ms": "request_prefill_time",
-                  "vLLM queue ms": "request_queue_time"}
+SERVER_COLUMNS = {"server TTFT ms": "time_to_first_token", "server prefill ms": "request_prefill_time",
+                  "server queue ms": "request_queue_time"}
 
 
 def findings(df: pd.DataFrame, table: pd.DataFrame, fit_: Fit | None, plan: Plan, cache: CacheCount,
-             note: str | None = None) -> list[Finding]:
-    """Every reason to doubt the numbers, then what the fit says about them."""
+             note: str | None = None, stopped: dict[int, str] | None = None) -> list[Finding]:
+    """Every reason to doubt the numbers, each naming the lengths it is about where it is not the whole
+    run (a headline row at that length carries it as its caveat), then what the fit says about them."""
     notes = []
     if plan.allow_cache_hits:
         notes.append(Finding("marked", "this run allowed prefix-cache hits on purpose (each length's prompt "
@@ -39,7 +41,7 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, fit_: Fit | None, plan: Plan
     notes += drifts(df, "ttft_s", "TTFT", duration)
     if table.empty:
         return notes + [warning("No clean measurement was taken.")]
-    notes += _about_spread(df) + _about_server(table) + _about_load(df)
+    notes += _about_samples(table, stopped or {}) + _about_spread(df) + _about_server(table) + _about_load(df)
     if fit_ is not None:
         notes += _about_fit(table, fit_)
     return notes
@@ -79,33 +81,50 @@ def _about_spread(df: pd.DataFrame) -> list[Finding]:
     shown = "; ".join(f"{duration(t)} at {n:,} tokens (median {duration(m)})"
                       for n, t, m in zip(odd["prompt_length"], odd["ttft_s"], median[odd.index]))
     return [warning(f"{len(odd)} request(s) took over 1.5 times as long as the median of their length, or under "
-                    f"two thirds of it: {shown}. The same prompt length should cost the same; something else likely "
-                    "used the machine. Medians and the robust fit resist them; std and max do not.")]
+                    f"two thirds of it: {shown}. The same prompt length should cost the same, so something held "
+                    "these requests up: another process on the machine, or the server itself (its own times, where "
+                    "it gives them, say which). Medians and the robust fit resist them; std and max do not.",
+                    tuple(sorted({int(n) for n in odd["prompt_length"]})))]
+
+
+def _about_samples(table: pd.DataFrame, stopped: dict[int, str]) -> list[Finding]:
+    """Too few requests for an interval, and lengths where repetitions auto hit its cap."""
+    notes = []
+    few = table[table["n"] < MIN_SAMPLES]
+    if len(few):
+        notes.append(warning(f"Too few clean requests for an interval at "
+                             + ", ".join(f"{n:,} tokens ({int(r['n'])})" for n, r in few.iterrows())
+                             + f" ({MIN_SAMPLES} needed): their medians are shown, not settled.", tuple(few.index)))
+    capped = [n for n, why in stopped.items() if why.startswith("stopped at the cap")]
+    if capped:
+        notes.append(warning(f"repetitions auto stopped at its cap before reaching the target at "
+                             f"{', '.join(f'{n:,}' for n in capped)} tokens: {stopped[capped[0]]}.", tuple(capped)))
+    return notes
 
 
 def _about_server(table: pd.DataFrame) -> list[Finding]:
-    """vLLM's own times: those it did not give, and how far the client's TTFT is from its own."""
+    """the server's own times: those it did not give, and how far the client's TTFT is from its own."""
     notes = []
     missing = [c for c in SERVER_COLUMNS if table[c].isna().any()]
     if missing:
-        notes.append(warning(f"vLLM's own {', '.join(SERVER_COLUMNS[c] for c in missing)} could not be read at "
+        notes.append(warning(f"the server's own {', '.join(SERVER_COLUMNS[c] for c in missing)} could not be read at "
                              f"some lengths (the server exposes no such histogram, or it did not move): the "
                              f"columns {', '.join(missing)} show '-' there, unknown, not zero; only the client's "
                              "times are shown there."))
-    gap = table["outside vLLM ms"].dropna()
-    if not len(gap):  # vLLM's TTFT is missing everywhere: said above
+    gap = table["outside the server ms"].dropna()
+    if not len(gap):  # the server's TTFT is missing everywhere: said above
         return notes
     if (gap < -2).any():
-        notes.append(warning("the client saw the first token before vLLM says it made it: the clocks or the "
+        notes.append(warning("the client saw the first token before the server says it made it: the clocks or the "
                              "counters are not to be trusted here."))
-    notes.append(info(f"Outside vLLM (HTTP, the client, streaming) each request spent {gap.min():.1f} to "
-                      f"{gap.max():.1f} ms of its TTFT; the rest is vLLM's own time to first token."))
+    notes.append(info(f"Outside the server (HTTP, the client, streaming) each request spent {gap.min():.1f} to "
+                      f"{gap.max():.1f} ms of its TTFT; the rest is the server's own time to first token."))
     if gap.max() > 2 * max(gap.iloc[0], 1.0) and gap.max() - gap.iloc[0] > 10:
-        notes.append(warning(f"the time outside vLLM should not depend on the prompt length (one output token, "
+        notes.append(warning(f"the time outside the server should not depend on the prompt length (one output token, "
                              f"prompts sent as token ids), yet it grows from {gap.iloc[0]:.1f} ms at "
                              f"{gap.index[0]:,} tokens to {gap.max():.1f} ms at {gap.idxmax():,}. Most often a busy "
                              "machine holds up the client or the server's front end; the client's TTFTs then "
-                             "include that delay, and vLLM's own columns show the engine's time alone."))
+                             "include that delay, and the server's own columns show the engine's time alone."))
     return notes
 
 
@@ -217,8 +236,8 @@ def _versus(comparison: Comparison, other: str) -> str:
     def span(i):
         return "" if math.isnan(low.iloc[i]) else f" [{low.iloc[i]:.2f}, {high.iloc[i]:.2f}]"
 
-    vllm = (f" (by vLLM's own TTFT: {t[col + ' (vLLM)'].iloc[0]:.2f} and {t[col + ' (vLLM)'].iloc[-1]:.2f})"
-            if col + " (vLLM)" in t else "")
+    vllm = (f" (by the server's own TTFT: {t[col + ' (server)'].iloc[0]:.2f} and {t[col + ' (server)'].iloc[-1]:.2f})"
+            if col + " (server)" in t else "")
     text = (f"Against {other}: the {short:,}-token test would have said {other} takes {r0:.2f}{span(0)} times as "
             f"long as {base} to the first token; at {long_:,} tokens it is {r1:.2f}{span(-1)} times{vllm}.")
     slower = (low > 1).any()  # somewhere the other is surely slower

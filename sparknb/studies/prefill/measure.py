@@ -18,7 +18,7 @@ from ... import metrics
 from ...errors import CacheHitError
 from ...prompts import PromptMaker
 from ...report import Finding, duration, info, warning
-from ...study import Study, schedule
+from ...study import Schedule, Study
 from .plan import Plan
 from .tables import frame
 
@@ -59,8 +59,10 @@ def repeating(make: Callable[[int], list[int]]) -> Callable[[int], list[int]]:
 
 
 def sweep(study: Study, plan: Plan, lengths: Sequence[int],
-          prompts: Callable[[int], list[int]] | None = None) -> tuple[pd.DataFrame, CacheCount]:
-    """All requests, in the plan's order, one at a time; stops at the first cache hit not allowed.
+          prompts: Callable[[int], list[int]] | None = None) -> tuple[pd.DataFrame, CacheCount, dict[int, str]]:
+    """All requests, in the plan's order, one at a time (as many as `repetitions auto` asks for); stops at
+    the first cache hit not allowed. Returns the measured requests, the cache counters over the sweep, and
+    per length why it has the requests it has.
 
     `prompts` makes the prompt of a given length: fresh ones by default, the same one per length
     where cache hits are allowed on purpose. A failure halfway (a cache hit included) seals the run
@@ -68,7 +70,8 @@ def sweep(study: Study, plan: Plan, lengths: Sequence[int],
     """
     maker = PromptMaker(study.endpoint.tokenize)
     prompts = prompts or (repeating(maker.make) if plan.allow_cache_hits else maker.make)
-    order = schedule(lengths, plan.warmup, plan.repetitions, plan.order, plan.seed)
+    order = Schedule(lengths, plan.warmup, plan.repetitions, plan.order, plan.seed, plan.target_width,
+                     plan.max_repetitions)
     with study.measuring():
         before = study.endpoint.metrics()
         for k, (length, rep) in enumerate(order, 1):
@@ -80,7 +83,9 @@ def sweep(study: Study, plan: Plan, lengths: Sequence[int],
                 lambda ep, prompt=prompt: ep.complete(prompt, max_tokens=plan.output_tokens, temperature=0.0,
                                                       ignore_eos=True),
             )
-            print(f"[{k}/{len(order)}] {length} tokens, {'warmup' if rep < 0 else f'rep {rep + 1}'}: "
+            if rep >= 0:
+                order.add(length, None if rec["interference"] else rec["ttft_s"])
+            print(f"[{k}/{order.planned}] {length} tokens, {'warmup' if rep < 0 else f'rep {rep + 1}'}: "
                   + _line(rec), flush=True)
             if not plan.allow_cache_hits:
                 check_no_cache_hits([rec])
@@ -89,15 +94,17 @@ def sweep(study: Study, plan: Plan, lengths: Sequence[int],
         records = study.records()
         if not plan.allow_cache_hits:
             check_no_cache_hits(records, cache)
-    print(f"{len(order)} requests done. {cache.finding()}", flush=True)
-    return frame(records), cache
+    stopped = order.stopped()
+    print(f"{k} requests done. {cache.finding()} " + "; ".join(f"{n:,} tokens: {why}" for n, why in stopped.items()),
+          flush=True)
+    return frame(records), cache, stopped
 
 
 def _line(rec: dict) -> str:
-    """One request as it completes: the client's TTFT, vLLM's prefill, and any reason to doubt them."""
+    """One request as it completes: the client's TTFT, the server's prefill, and any reason to doubt them."""
     server = rec["server"]
     hits = server.get("prefix_cache_hits")
-    return (f"TTFT {duration(rec['ttft_s'])}, vLLM prefill {duration(server.get('prefill_s'))}"
+    return (f"TTFT {duration(rec['ttft_s'])}, server prefill {duration(server.get('prefill_s'))}"
             + (f", CACHE HIT {hits:g} tokens" if hits else "")
             + (f", {UNCHECKED}" if hits is None else "")
             + (f"  !! {rec['interference']}" if rec["interference"] else ""))

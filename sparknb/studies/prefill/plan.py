@@ -28,7 +28,12 @@ class Plan(params.Plan):
         f"{list(DEFAULT_LENGTHS)}")
     output_tokens: int = Field(1, ge=1, description="answer length in tokens, 1 or more")
     warmup: int = Field(1, ge=0, description="requests per length left out of the figures, 0 or more")
-    repetitions: int = Field(5, ge=1, description="measured requests per prompt length, 1 or more")
+    repetitions: params.Repetitions = Field(
+        5, description="measured requests per prompt length, 1 or more, or auto: until the median TTFT's 95% "
+        "interval is within +/- target_width, or max_repetitions")
+    target_width: float = Field(0.02, gt=0, lt=1, description="with repetitions auto: the relative half-width "
+                                "of the median's 95% interval to reach, e.g. 0.02 for +/-2%")
+    max_repetitions: int = Field(30, ge=6, description="with repetitions auto: the most requests per length")
     allow_cache_hits: bool = Field(False, description="true or false")
     order: Literal["shuffled", "grouped"] = Field("shuffled", description="shuffled (seeded) or grouped by length")
     seed: int = 0

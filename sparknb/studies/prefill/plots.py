@@ -66,8 +66,8 @@ def plot_comparison(comparison: Comparison):
         err = np.vstack([y - t[f"{col} low"].to_numpy(dtype=float), t[f"{col} high"].to_numpy(dtype=float) - y])
         ax2.errorbar(x, y, yerr=np.nan_to_num(err), fmt="o-", color=f"C{i}", capsize=3,
                      label=f"{col}, {100 * LEVEL:.0f}% bootstrap interval")
-        if f"{col} (vLLM)" in t:
-            ax2.plot(x, t[f"{col} (vLLM)"], "s--", color=f"C{i}", alpha=0.6, label=f"{col}, vLLM's own TTFT")
+        if f"{col} (server)" in t:
+            ax2.plot(x, t[f"{col} (server)"], "s--", color=f"C{i}", alpha=0.6, label=f"{col}, the server's own TTFT")
     ax2.axhline(1, color="grey", ls=":")
     length_axis(ax2, x)
     ax2.set_ylabel("TTFT ratio")

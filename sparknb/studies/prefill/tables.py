@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from ... import benchy
+from ... import benchy, stats
 from ...run import measured
 
 COLUMNS = ["seq", "prompt_length", "rep", "prompt_tokens", "completion_tokens", "ttft_s", "server_ttft_s",
@@ -53,12 +53,14 @@ def measured_lengths(records: Sequence[dict]) -> tuple[int, ...]:
     return tuple(sorted(int(n) for n in df["prompt_length"].unique()))
 
 
-def summarize(df: pd.DataFrame) -> pd.DataFrame:
-    """Per prompt length: the spread of TTFT, prefill throughput, and vLLM's own times beside them."""
+def summarize(df: pd.DataFrame, stopped: dict[int, str] | None = None) -> pd.DataFrame:
+    """Per prompt length: the median TTFT with its 95% interval and spread, prefill throughput, and the
+    server's own times beside them; `stopped`: why each length has the requests it has (repetitions auto)."""
     out = []
     for length, g in clean(df).groupby("prompt_length"):
         ttft = g["ttft_s"]
         median = float(ttft.median())
+        interval = stats.median_interval(ttft.tolist())
 
         def server_ms(column, g=g):
             return 1000 * float(g[column].median()) if g[column].notna().all() else None
@@ -68,15 +70,18 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
             "prompt tokens": int(length),
             "n": len(g),
             "TTFT ms (median)": 1000 * median,
-            "std": 1000 * float(ttft.std(ddof=1)) if len(g) > 1 else float("nan"),
+            "95% low": 1000 * interval.low,
+            "95% high": 1000 * interval.high,
+            "std": 1000 * float(ttft.std(ddof=1)) if len(g) > 1 else None,
             "min": 1000 * float(ttft.min()),
             "max": 1000 * float(ttft.max()),
             "prefill tok/s": length / median if median > 0 else float("nan"),
-            "vLLM TTFT ms": server_ms("server_ttft_s"),
-            "vLLM prefill ms": server_ms("server_prefill_s"),
-            "vLLM queue ms": server_ms("server_queue_s"),
-            "outside vLLM ms": 1000 * float((g["ttft_s"] - g["server_ttft_s"]).median()) if both else None,
+            "server TTFT ms": server_ms("server_ttft_s"),
+            "server prefill ms": server_ms("server_prefill_s"),
+            "server queue ms": server_ms("server_queue_s"),
+            "outside the server ms": 1000 * float((g["ttft_s"] - g["server_ttft_s"]).median()) if both else None,
             "cache hit %": _hit_percent(g),
+            **({"stopped": stopped.get(int(length))} if stopped else {}),
         })
     return pd.DataFrame(out).set_index("prompt tokens") if out else pd.DataFrame()
 

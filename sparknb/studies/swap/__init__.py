@@ -9,11 +9,13 @@ each finished step is on disk before the next one begins.
 """
 
 from .findings import SINGLE_CAVEAT, findings, summary
+from .headline import headline_rows
 from .measure import run
 from .memory import cache_state, clear_cache, memory
 from .plan import Plan
 from .plots import plot
 from .tables import BAR_PARTS, EMPTY, STAGES_CAPTION, fingerprint_table, frame, memory_table, reported, stages
 
-__all__ = ["BAR_PARTS", "EMPTY", "Plan", "SINGLE_CAVEAT", "STAGES_CAPTION", "cache_state", "clear_cache", "findings",
+__all__ = [
+    "headline_rows","BAR_PARTS", "EMPTY", "Plan", "SINGLE_CAVEAT", "STAGES_CAPTION", "cache_state", "clear_cache", "findings",
            "fingerprint_table", "frame", "memory", "memory_table", "plot", "reported", "run", "stages", "summary"]

@@ -1,0 +1,19 @@
+"""Decode sweep: single-stream decode speed against context length, set against the bandwidth limit.
+
+Each prompt is unique and exactly as long as asked; each answer has a fixed length (max_tokens with
+ignore_eos), so every repetition does the same work. Warmup requests are recorded but left out. Where
+the server times each request itself, an answer that reached the client in a burst is counted at the
+server's time (tables), so a burst is never read as speed.
+"""
+
+from ...study import drifts
+from .compare import compare
+from .findings import findings
+from .headline import headline_rows
+from .measure import sweep
+from .plan import Plan
+from .plots import plot
+from .tables import BURST, SPREAD, frame, share, summarize
+
+__all__ = ["BURST", "SPREAD", "Plan", "compare", "drifts", "findings", "frame", "headline_rows", "plot", "share",
+           "summarize", "sweep"]

@@ -1,0 +1,138 @@
+"""Plain sentences about what the decode numbers mean, and every reason to doubt them, each naming the
+prompt lengths it is about (a headline row at that length carries it as its caveat)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ...bandwidth import Limit
+from ...report import Finding, info, warning
+from ...study import drifts
+from ...verdict import MIN_SAMPLES
+from .tables import BURST, SPREAD, clean
+
+
+def findings(df: pd.DataFrame, table: pd.DataFrame, limit: Limit, hardware: str,
+             stopped: dict[int, str] | None = None) -> list[Finding]:
+    notes = _about_requests(df)
+    if table.empty:
+        return notes + [warning("No clean measurement was taken.")]
+    notes += _about_clocks(df, table) + _about_samples(table, stopped or {})
+    notes += drifts(df, "decode_tok_s", "decode tok/s")
+    notes.append(_headline(table))
+    return notes + _about_limit(table, limit, hardware)
+
+
+def _lengths(values) -> tuple[int, ...]:
+    return tuple(sorted(int(v) for v in set(values)))
+
+
+def _about_requests(df: pd.DataFrame) -> list[Finding]:
+    notes = []
+    dropped = df["interference"].notna().sum()
+    if dropped:
+        notes.append(warning(f"{dropped} request(s) were left out because another client used the server "
+                             "meanwhile; see the 'interference' column of the records."))
+    unchecked = sorted(set(df["unchecked"].dropna())) if "unchecked" in df else []
+    if unchecked:
+        notes.append(warning(f"The server's counters could not be read for: {'; '.join(unchecked)}. Those "
+                             "cross-checks are unknown, not passed."))
+    off = df[df["prompt_tokens"] != df["prompt_length"]]
+    if len(off):
+        notes.append(warning(f"{len(off)} prompt(s) were not the length asked for: the server counted "
+                             f"{sorted(set(off['prompt_tokens']))} tokens for {sorted(set(off['prompt_length']))}.",
+                             _lengths(off["prompt_length"])))
+    if df["completion_tokens"].isna().any():
+        notes.append(warning("the server sent no usage; token counts and decode speeds are unknown, not guessed."))
+    return notes
+
+
+def _about_clocks(df: pd.DataFrame, table: pd.DataFrame) -> list[Finding]:
+    """Bursts, counted at the server's time, and how far the client's own clock is from the server's."""
+    notes = []
+    kept = clean(df)
+    timed = kept[kept["server_decode_s"].notna()]
+    bursts = timed[timed["burst"]]
+    if len(bursts):
+        worst = bursts.loc[(bursts["client_tok_s"] / bursts["decode_tok_s"] - 1).abs().idxmax()]
+        notes.append(info(
+            f"{len(bursts)} of {len(timed)} answers reached the client in bursts or stalls: their first-to-last "
+            f"token time differs from the server's own by more than {BURST:.0%} (worst: {worst['client_tok_s']:,.1f} "
+            f"tok/s seen by the client, {worst['decode_tok_s']:,.1f} by the server, at {int(worst['prompt_length']):,} "
+            "tokens). They are counted at the server's time, as the 'server-timed' column shows; the client's "
+            "speed for them was a delivery, not a decoding speed.", _lengths(bursts["prompt_length"])))
+    gap = table["client vs server %"].dropna()
+    if len(gap):
+        far = gap[gap.abs() > 2]
+        worst = gap.abs().max()
+        if far.empty:
+            notes.append(info(f"Over the requests the client timed itself, its ms per token is within {worst:.1f}% "
+                              "of the server's own decode time: close enough to trust."))
+        else:
+            notes.append(warning(
+                f"Over the requests the client timed itself, its ms per token differs from the server's own decode "
+                f"time by up to {worst:.1f}% (at {', '.join(f'{n:,}' for n in far.index)} tokens): more than 2%. "
+                "Look at the network or the client's load before trusting those lengths.", tuple(far.index)))
+    elif not len(timed):
+        notes.append(warning("The server's own decode time could not be read, so the client's figures are not "
+                             "cross-checked against the server's and bursts cannot be told from speed."))
+    return notes
+
+
+def _about_samples(table: pd.DataFrame, stopped: dict[int, str]) -> list[Finding]:
+    """Too few requests for an interval, a spread too wide for a steady box, a length that hit the cap."""
+    notes = []
+    few = table[table["n"] < MIN_SAMPLES]
+    if len(few):
+        notes.append(warning(f"Too few clean requests for an interval at {_at(few)} ({MIN_SAMPLES} needed): their "
+                             "medians are shown, not settled.", tuple(few.index)))
+    wide = table[table["spread x"] > SPREAD]
+    for n, row in wide.iterrows():
+        notes.append(warning(f"At {n:,} tokens decode ranged from {row['min']:,.1f} to {row['max']:,.1f} tok/s "
+                             f"({row['spread x']:.1f}x) over {row['n']} requests, beyond the {SPREAD}x a steady box "
+                             "stays within: the box was not steady, and a median of so wide a spread is not a "
+                             "speed to quote.", (n,)))
+    capped = [n for n, why in stopped.items() if why.startswith("stopped at the cap")]
+    if capped:
+        notes.append(warning(f"repetitions auto stopped at its cap before reaching the target at "
+                             f"{', '.join(f'{n:,}' for n in capped)} tokens: " + stopped[capped[0]] + ".",
+                             tuple(capped)))
+    return notes
+
+
+def _at(rows: pd.DataFrame) -> str:
+    return ", ".join(f"{n:,} tokens ({int(r['n'])})" for n, r in rows.iterrows())
+
+
+def _headline(table: pd.DataFrame) -> Finding:
+    """The speed at the shortest and the longest context; their change only where both are settled."""
+    first, last = table.index[0], table.index[-1]
+    a, b = table.loc[first], table.loc[last]
+    text = (f"Median decode speed: {a['decode tok/s (median)']:,.1f} tok/s at {first:,} tokens"
+            + (f" and {b['decode tok/s (median)']:,.1f} at {last:,}" if last != first else "") + ".")
+    if last == first:
+        return info(text)
+    settled = all(r["n"] >= MIN_SAMPLES and not (r["spread x"] or 0) > SPREAD for r in (a, b))
+    apart = settled and (a["95% high"] < b["95% low"] or b["95% high"] < a["95% low"])
+    if apart:
+        change = b["decode tok/s (median)"] / a["decode tok/s (median)"] - 1
+        return info(text + f" Longer context changes it by {100 * change:+.1f}%, beyond both medians' 95% intervals.")
+    why = ("the intervals of the two medians overlap" if settled else
+           "one of the two lengths has too few requests or too wide a spread to say")
+    return info(text + f" No change with context is claimed: {why}.")
+
+
+def _about_limit(table: pd.DataFrame, limit: Limit, hardware: str) -> list[Finding]:
+    share = table["% of limit"].dropna()
+    notes = []
+    if len(share):
+        notes.append(info(f"That is {share.min():.0f}% to {share.max():.0f}% of the bandwidth limit ({limit.source})."))
+    elif limit.bandwidth_bytes_s is None:
+        notes.append(info(f"No bandwidth limit is drawn: the hardware params ({hardware}) give no memory bandwidth."))
+    else:
+        notes.append(warning("No bandwidth limit is drawn: the model is speculative and the server exposes no "
+                             "speculative-decoding counters, so the tokens per step are unknown.", ("limit",)))
+    if (table["tokens/step"].dropna() > 1).any():
+        notes.append(info("Speculative decoding is on: the limit is divided by the measured tokens per step, and "
+                          "tok/s depends on how predictable the text is (random filler here)."))
+    return notes

@@ -1,0 +1,53 @@
+"""Decode's rows of the comparison: tok/s at every context length both runs measured, and the bandwidth share."""
+
+from __future__ import annotations
+
+from ...run import PastRun
+from ...verdict import Row, Runs, caveats, median_row, setting_differences
+from .tables import clean, frame
+
+SAME = ("output_tokens", "temperature")  # settings that change what a decode speed is
+
+
+def speculative(run: PastRun) -> str | None:
+    """The speculative method the run's model declares, or the one its server showed (tokens per step above 1)."""
+    declared = (run.params.get("model") or {}).get("speculative")
+    if declared:
+        return declared
+    table = (run.summary or {}).get("table") or []
+    return "seen in its tokens per step" if any((r.get("tokens/step") or 1) > 1 for r in table) else None
+
+
+def one_sided(runs: dict[str, PastRun]) -> dict[str, tuple[str, ...]]:
+    """Speculative decoding on some sides only: those sides' speeds depend on the text, the others' do not."""
+    methods = {s: speculative(r) for s, r in runs.items()}
+    if len({bool(m) for m in methods.values()}) < 2:
+        return {}
+    return {s: (f"speculative decoding ({m}) on this side only: its speed depends on how predictable the text is",)
+            for s, m in methods.items() if m}
+
+
+def headline_rows(runs: Runs) -> list[Row]:
+    mine = runs.of("decode")
+    if not mine:
+        return []
+    frames = {s: clean(frame(r.records)) for s, r in mine.items()}
+    frames = {s: f for s, f in frames.items() if len(f)}
+    if not frames:
+        return []
+    apart = setting_differences(mine, SAME)
+    spec = one_sided(mine)
+    rows = []
+    for n in sorted(set.intersection(*(set(f["prompt_length"]) for f in frames.values()))):
+        samples = {s: f[f["prompt_length"] == n]["decode_tok_s"].dropna().tolist() for s, f in frames.items()}
+        doubts = {s: caveats(mine[s], n) + spec.get(s, ()) for s in samples}
+        rows.append(median_row("decode", f"tok/s at {n:,} tokens", samples, runs.base, caveats=doubts,
+                               not_comparable=apart))
+    shares = {}
+    for s, run in mine.items():
+        values = [r.get("% of limit") for r in (run.summary or {}).get("table") or [] if r.get("% of limit") is not None]
+        shares[s] = sum(values) / len(values) if values else None
+    if any(v is not None for v in shares.values()):
+        rows.append(Row("decode", "% of the bandwidth limit (mean over lengths)", shares, role="context",
+                        better="none", note="the limit: bytes read per token over the hardware's bandwidth"))
+    return rows

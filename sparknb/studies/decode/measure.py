@@ -1,0 +1,53 @@
+"""The sweep: one request at a time, each prompt unique and exactly as long as asked."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ...prompts import PromptMaker
+from ...study import Schedule, Study
+from .plan import Plan
+from .tables import frame, timing
+
+
+def schedule_of(plan: Plan) -> Schedule:
+    return Schedule(plan.prompt_lengths, plan.warmup, plan.repetitions, plan.order, plan.seed, plan.target_width,
+                    plan.max_repetitions)
+
+
+def sweep(study: Study, plan: Plan) -> tuple[pd.DataFrame, dict[int, str]]:
+    """All requests of the plan, one at a time (as many as `repetitions auto` asks for): one row per measured
+    request, and per length why it stopped. The progress line of an answer that reached the client in a
+    burst says so, with both clocks."""
+    maker = PromptMaker(study.endpoint.tokenize)
+    order = schedule_of(plan)
+    k = 0
+    with study.measuring():
+        for k, (length, rep) in enumerate(order, 1):
+            prompt = maker.make(length)
+            rec = study.request(
+                {"prompt_length": length, "rep": rep, "warmup": rep < 0, "seq": k},
+                lambda ep: ep.complete(prompt, max_tokens=plan.output_tokens, temperature=plan.temperature),
+            )
+            t = timing(rec)
+            if rep >= 0:
+                order.add(length, None if rec["interference"] else t["decode_tok_s"])
+            print(f"[{k}/{order.planned}] {length} tokens, {'warmup' if rep < 0 else f'rep {rep + 1}'}: "
+                  f"TTFT {_ms(rec['ttft_s'])}, decode {_speed(t)}"
+                  + (f"  !! {rec['interference']}" if rec["interference"] else ""), flush=True)
+    stopped = order.stopped()
+    print(f"{k} requests done. " + "; ".join(f"{n:,} tokens: {why}" for n, why in stopped.items()), flush=True)
+    return frame(study.records()), stopped
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{1000 * seconds:.0f} ms"
+
+
+def _speed(t: dict) -> str:
+    if t["decode_tok_s"] is None:
+        return "n/a tok/s"
+    if not t["burst"]:
+        return f"{t['decode_tok_s']:.1f} tok/s"
+    return (f"{t['decode_tok_s']:.1f} tok/s by the server's clock  !! BURST: the client saw "
+            f"{t['client_tok_s']:.1f} tok/s, a delivery, not a decoding speed")

@@ -1,0 +1,111 @@
+"""The decode records as tables: one row per measured request, then one per prompt length.
+
+The rule for bursts, the same for decode and mtp: where the server timed the request itself (its own
+decode time, from its counters or its per-request timings) and the client's first-to-last token time
+differs from it by more than BURST, the answer reached the client in bursts or stalls, so the client's
+clock measured the delivery, not the decoding. Such a request is counted at the server's time
+(`timed_by` says which clock counted), never left to pose as a speed the client could not have seen.
+Where the server gives no time of its own, nothing can be checked, and the findings say so.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ... import benchy, stats
+from ...run import measured
+
+BURST = 0.10  # client against server decode time: beyond this the client's clock timed the delivery
+SPREAD = 1.5  # fastest over slowest request at one length: beyond this the box was not steady
+
+
+def timing(record: dict) -> dict:
+    """One request's decode speed by the burst rule: the figure counted, which clock counted it, and why."""
+    tokens, client_s = record.get("decode_tokens"), record.get("decode_s")
+    server_s = (record.get("server") or {}).get("decode_s")
+    burst = bool(server_s and client_s is not None and abs(client_s - server_s) > BURST * server_s)
+    seconds = server_s if burst else client_s
+    return {"client_tok_s": record.get("decode_tokens_per_s"), "server_decode_s": server_s, "burst": burst,
+            "timed_by": "server" if burst else "client",
+            "decode_tok_s": tokens / seconds if tokens and seconds else None}
+
+
+def frame(records: list[dict]) -> pd.DataFrame:
+    """Measured requests as a table, with the server's view beside the client's."""
+    rows = []
+    for r in measured(records):
+        server = r.get("server") or {}
+        spec = server.get("spec_decode") or {}
+        rows.append({
+            "seq": r.get("seq"),
+            "prompt_length": r["prompt_length"],
+            "prompt_tokens": r["prompt_tokens"],
+            "completion_tokens": r["completion_tokens"],
+            "decode_tokens": r["decode_tokens"],
+            "ttft_s": r["ttft_s"],
+            "decode_s": r["decode_s"],
+            **timing(r),
+            "server_ttft_s": server.get("ttft_s"),
+            "tokens_per_step": spec.get("tokens_per_step"),
+            "interference": r.get("interference"),
+            "unchecked": ", ".join(server.get("unchecked") or []) or None,
+        })
+    return pd.DataFrame(rows)
+
+
+def clean(df: pd.DataFrame) -> pd.DataFrame:
+    """The requests no other client disturbed: the only ones any figure uses."""
+    return df[df["interference"].isna()] if len(df) else df
+
+
+def summarize(df: pd.DataFrame, study, stopped: dict[int, str] | None = None) -> pd.DataFrame:
+    """Per prompt length: the median decode speed with its 95% interval, its spread, the client's ms per
+    token against the server's own, TTFT and the bandwidth limit; `stopped`: why each length has the
+    requests it has (repetitions auto).
+
+    Tokens per step comes from the server's speculative-decoding counters; a server without them
+    serves one token per step only if the model's params name no speculative method, else it is unknown
+    and so is the limit.
+    """
+    out = []
+    for length, g in clean(df).groupby("prompt_length"):
+        speeds = g["decode_tok_s"].dropna()
+        median = stats.median_interval(speeds.tolist())
+        mine = g[~g["burst"]]  # the requests the client's own clock counted
+        ms_client = 1000 * mine["decode_s"].sum() / mine["decode_tokens"].sum() if len(mine) else None
+        timed = mine[mine["server_decode_s"].notna()]
+        ms_server_mine = 1000 * timed["server_decode_s"].sum() / timed["decode_tokens"].sum() if len(timed) else None
+        ms_client_timed = 1000 * timed["decode_s"].sum() / timed["decode_tokens"].sum() if len(timed) else None
+        all_server = g["server_decode_s"].notna().all()
+        ms_server = 1000 * g["server_decode_s"].sum() / g["decode_tokens"].sum() if all_server else None
+        steps = g["tokens_per_step"].dropna()
+        tps_step = float(steps.median()) if len(steps) else (None if study.model.speculative else 1.0)
+        limit_tps = study.limit.tokens_per_s(tps_step) if tps_step is not None else None
+        value = float(median.estimate) if len(speeds) else None
+        out.append({
+            "prompt tokens": int(length),
+            "n": len(speeds),
+            "decode tok/s (median)": value,
+            "95% low": median.low if len(speeds) else None,
+            "95% high": median.high if len(speeds) else None,
+            "std": float(speeds.std(ddof=1)) if len(speeds) > 1 else None,
+            "min": float(speeds.min()) if len(speeds) else None,
+            "max": float(speeds.max()) if len(speeds) else None,
+            "spread x": float(speeds.max() / speeds.min()) if len(speeds) and speeds.min() > 0 else None,
+            "server-timed": int(g["burst"].sum()),
+            "ms/token": ms_client,
+            "server ms/token": ms_server,
+            "client vs server %": (100 * (ms_client_timed / ms_server_mine - 1)
+                                   if ms_client_timed and ms_server_mine else None),
+            "TTFT ms (median)": 1000 * float(g["ttft_s"].median()),
+            "tokens/step": tps_step,
+            "limit tok/s": limit_tps,
+            "% of limit": 100 * value / limit_tps if limit_tps and value else None,
+            **({"stopped": stopped.get(int(length))} if stopped else {}),
+        })
+    return pd.DataFrame(out).set_index("prompt tokens") if out else pd.DataFrame()
+
+
+def share(study, df: pd.DataFrame, plan) -> str:
+    """The sweep as the rows Spark owners post (tg at each depth), written beside the run's own tables."""
+    return benchy.write(study.run, benchy.generation_rows(study.model.name, clean(df), plan.output_tokens))
