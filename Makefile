@@ -22,8 +22,9 @@ demo: venv
 test: venv
 	$(PY) -m pytest
 
+# JupyterLab refuses to start as root (as in many GPU containers) unless told it may.
 lab: venv
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab notebooks/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 clean-venv:
 	rm -rf $(VENV)

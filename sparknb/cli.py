@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -170,12 +171,17 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
 def _close(folder: Path, executed: Path, failure: str | None = None) -> None:
     """Report and seal; a run that stopped before its summary is marked as failed halfway, if the study did not."""
     from .report import write_html
+    from .run import read_records
 
     run = Run(folder)
     if failure is not None and not (folder / FAILURE).exists():
         run.write_json(FAILURE, {"failed_halfway": True, "reason": failure})
     if executed.exists():
-        write_html(executed, folder / "report.html")
+        reason = None
+        if failure is not None:
+            recorded = json.loads((folder / FAILURE).read_text())
+            reason = str(recorded.get("reason") or failure)
+        write_html(executed, folder / "report.html", reason, read_records(folder) if reason else None)
     run.seal()
 
 

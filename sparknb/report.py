@@ -106,8 +106,45 @@ def picture(fig):
     return Image(png.getvalue())
 
 
-def write_html(notebook: Path, target: Path) -> Path:
-    """Render once, code hidden, no script from another host; an existing report is never replaced."""
+RECORD_COLUMNS = ("seq", "prompt_length", "kind", "question_id", "task_id", "level", "rep", "warmup", "ttft_s",
+                  "decode_tokens_per_s", "completion_tokens", "interference", "error")
+
+
+def failed_halfway(nb, reason: str, records: list[dict]):
+    """The executed notebook of a run that failed halfway, as its report shows it: what it measured up to the
+    failure (cells before it, and the failing cell's own progress lines), the failure in one plain sentence,
+    and a table of every record kept. The traceback stays in notebook.ipynb; the empty sections after it go."""
+    import nbformat
+
+    cells, failed_at = [], None
+    for cell in nb.cells:
+        outputs = cell.get("outputs", [])
+        if any(o.get("output_type") == "error" for o in outputs):
+            cell = nbformat.from_dict(dict(cell))
+            cell["outputs"] = [o for o in outputs if o.get("output_type") != "error"]
+            cells.append(cell)
+            failed_at = cell
+            break
+        cells.append(cell)
+    shown = [r for r in records if isinstance(r, dict)]
+    errors = sum("error" in r for r in shown)
+    sentence = (f"**This run failed halfway**: {reason.strip().splitlines()[0] if reason.strip() else 'no reason recorded'}. "
+                f"It kept {len(shown)} record(s) ({errors} of them the failed request's), tabulated below; every "
+                "figure above was measured before it stopped. The traceback is in notebook.ipynb in this folder.")
+    table = pd.DataFrame([{k: r.get(k) for k in RECORD_COLUMNS if any(k in x for x in shown)} for r in shown])
+    out = nbformat.v4.new_notebook(metadata=nb.metadata)
+    out.cells = cells + [nbformat.v4.new_markdown_cell(sentence)]
+    if len(table):
+        out.cells.append(nbformat.v4.new_code_cell("", outputs=[nbformat.v4.new_output(
+            "display_data", data={"text/html": table.to_html(index=False, na_rep="-"), "text/plain": table.to_string()})]))
+    if failed_at is None:
+        out.cells.insert(0, nbformat.v4.new_markdown_cell(sentence))
+    return out
+
+
+def write_html(notebook: Path, target: Path, failure: str | None = None, records: list[dict] | None = None) -> Path:
+    """Render once, code hidden, no script from another host; an existing report is never replaced. A run
+    that failed halfway (`failure`) is shown as failed_halfway() says."""
     import jinja2
     import nbformat
     from nbconvert import HTMLExporter
@@ -115,7 +152,10 @@ def write_html(notebook: Path, target: Path) -> Path:
     exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
                             extra_loaders=[jinja2.DictLoader({"sparknb-offline.html.j2": _OFFLINE_TEMPLATE})],
                             template_file="sparknb-offline.html.j2")
-    body, _ = exporter.from_notebook_node(nbformat.read(notebook, as_version=4))
+    nb = nbformat.read(notebook, as_version=4)
+    if failure is not None:
+        nb = failed_halfway(nb, failure, records or [])
+    body, _ = exporter.from_notebook_node(nb)
     with open(target, "x", encoding="utf-8") as f:
         f.write(body)
     return target

@@ -160,3 +160,34 @@ def test_the_report_of_a_real_run_opens_offline_with_its_tables_and_plots(notebo
     assert seen["images"] >= case.images, f"the {notebook} report shows {seen['images']} decoded images"
     assert all(seen["drawn"]), f"blank images in the {notebook} report: {seen['drawn']}"
     assert not seen["blank_page"]
+
+
+def test_the_comparison_report_shows_the_verdict_first_and_every_input_warning(browser, tmp_path):
+    from sparknb.run import Run
+    from test_compare import decode_run, fingerprint
+
+    outputs = tmp_path / "outputs"
+    warned = [{"level": "warning", "text": "this machine's load average reached 3.0 on 2 CPU threads during the sweep.",
+               "about": []},
+              {"level": "warning", "text": "At 111 tokens decode ranged from 14.8 to 245.9 tok/s (16.6x) over 3 requests.",
+               "about": [111]}]
+    a = decode_run(outputs, "tiny-dense", 26.0, fingerprint(), seed=1, findings=warned[:1])
+    b = decode_run(outputs, "tiny-moe", 8.9, fingerprint(), seed=2, findings=warned[1:])
+    record = Run.create("campaigns", {"notebook": "campaigns", "cells": []}, outputs=outputs, label="c")
+    for run in (a, b):
+        record.record({"cell": f"decode/{run.id}/1", "status": "done", "run": str(run.path)})
+    record.record({"cell": "mmlu_pro/tiny-moe/1", "status": "failed", "reason": "mmlu_pro did not start: no data"})
+    folder = run_notebook("compare", {"campaign": record.id}, outputs=outputs)
+    seen = look_at(browser, folder / "report.html", tmp_path / "compare-warnings.png")
+    assert seen["foreign"] == [] and seen["tables"] >= 1 and all(seen["drawn"]) and not seen["blank_page"]
+    page = open_page(browser, allowed=OFFLINE)
+    try:
+        page.goto((folder / "report.html").as_uri(), wait_until="load")
+        text = page.inner_text(PAGE)
+    finally:
+        page.close()
+    for w in warned:
+        assert w["text"] in text, w["text"]
+    assert "Missing: mmlu_pro/tiny-moe/1 failed" in text
+    assert text.index("The verdict") < text.index("Read this first") < text.index("The headline")
+    assert "2 warning(s) from the 2 run(s)" in text

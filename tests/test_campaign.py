@@ -120,9 +120,12 @@ studies:
     assert main(["run", "compare", "-p", "campaign", record.name, "--outputs", str(outputs)]) == 0
     (report,) = (outputs / "compare").iterdir()
     headline = json.loads((report / "summary.json").read_text())["headline"]
-    assert headline["models"] == ["tiny-moe", "tiny-dense"]
-    row = next(r for r in headline["rows"] if r["measure"] == "tok/s at 64 tokens")
+    assert headline["subjects"] == ["tiny-moe", "tiny-dense"]
+    row = next(r for r in headline["rows"] if r["figure"] == "tok/s at 64 tokens")
     assert set(row["values"]) == {"tiny-moe", "tiny-dense"} and "tiny-dense" in row["ratios"]
+    decision = next(d for d in headline["decisions"] if d["figure"] == "tok/s at 64 tokens")
+    assert decision["outcome"] == "caveated"  # one request a side is too few for an interval, and it says so
+    assert any("too few measurements" in reason for reason in decision["reasons"])
     assert verify(report) == [] and (report / "report.html").exists()
 
 
@@ -134,3 +137,13 @@ def test_a_model_that_cannot_be_served_fails_its_cells_and_the_campaign_goes_on(
     (cell,) = [r for r in read_records(folder) if r.get("cell")]
     assert cell["status"] == "failed" and cell["reason"].startswith("server: ") and "exited with code 3" in cell["reason"]
     assert not (folder / "manifest.json").exists()  # not every cell done: left open for --resume
+    assert [r["cell"] for r in campaign.failed(folder.name, tmp_path / "outputs")] == [cell["cell"]]
+
+
+def test_a_campaign_with_a_failed_cell_exits_non_zero_with_the_failures_last(tmp_path, capsys):
+    broken = model_yaml(tmp_path, "broken", {"start": f"{sys.executable} -c 'import sys; sys.exit(3)'",
+                                             "ready_timeout_s": 30}, port=free_port())
+    path = _file(tmp_path, f"name: broken\nmodels: [{broken}]\nstudies: {{decode: {{prompt_lengths: [64]}}}}\n")
+    assert main(["campaign", "run", path, "--outputs", str(tmp_path / "outputs")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-2] == "1 cell(s) FAILED:" and err[-1].startswith("  decode/") and "exited with code 3" in err[-1]

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from sparknb import bandwidth
-from sparknb.cli import main
+from sparknb import cli
+from sparknb.cli import CliError, main
 from sparknb.client import Endpoint, EndpointError
 from sparknb.errors import DataError, GuardError, ParamsError
 from sparknb.params import load_hardware, load_model
@@ -303,19 +304,26 @@ def test_a_server_killed_mid_sweep_leaves_a_sealed_run_marked_failed_halfway(tmp
 
     killer = threading.Thread(target=kill_after_three_records, daemon=True)
     killer.start()
-    try:
-        with pytest.raises(Exception, match="PapermillExecutionError|EndpointError|Lost the connection|Cannot reach"):
-            run_plain(tmp_path, server, "tiny-moe", prompt_lengths=[64, 128, 256], repetitions=3, warmup=0)
+    try:  # as a user runs it, so that the run gets its report
+        with pytest.raises(CliError, match="decode failed halfway"):
+            cli.run_notebook("decode", {"model": "tiny-moe", "endpoint": server.url, "prompt_lengths": [64, 128, 256],
+                                        "repetitions": 3, "warmup": 0, "output_tokens": 48}, tmp_path / "outputs")
     finally:
         killer.join(timeout=5)
         server.stop()
     (folder,) = outputs.iterdir()
     records = read_records(folder)
-    assert len([r for r in records if "error" not in r]) >= 3
+    kept = [r for r in records if "error" not in r]
+    assert len(kept) >= 3
     failure = json.loads((folder / "failure.json").read_text())
     assert failure["failed_halfway"] and failure["reason"]
     assert not (folder / "summary.json").exists()
     assert verify(folder) == []
+    # The report shows what was measured and the failure in one plain sentence, not a traceback.
+    report = (folder / "report.html").read_text()
+    assert "This run failed halfway" in report and f"It kept {len(records)} record(s)" in report
+    assert "Traceback" not in report and "PapermillExecutionError" not in report
+    assert report.count("<tr>") >= len(records) + 1  # a row per record kept, and the header
 
 
 def test_the_order_is_grouped_as_before_or_shuffled_with_warmups_first_and_a_recorded_seed():

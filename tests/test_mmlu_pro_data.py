@@ -178,3 +178,15 @@ def test_a_file_that_is_not_parquet_is_named(tmp_path):
     (tmp_path / m.FILES["validation"]).write_text("not parquet")
     with pytest.raises(DataError, match="test-00000-of-00001.parquet is not a readable parquet file.*Download it"):
         m.load(str(tmp_path))
+
+
+def test_auto_falls_back_to_the_demo_questions_named_as_what_they_are(tmp_path, monkeypatch):
+    # MMLU-Pro cannot be had: no cached copy (a fresh home) and the hub unreachable (a proxy nothing listens on).
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    dataset = m.load("auto")
+    assert dataset.name == "sparknb demo questions" and "MMLU-Pro" not in dataset.name
+    assert len(dataset.test) == 28 and dataset.validation == ()
+    assert len(dataset.categories) == 14  # two questions for each of MMLU-Pro's categories
+    assert dataset.notes[0].startswith("NOT MMLU-Pro: MMLU-Pro could not be had")
+    assert all(q.answer in m.LETTERS[:len(q.options)] for q in dataset.test)

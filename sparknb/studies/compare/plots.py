@@ -24,7 +24,7 @@ def plot(h: Headline):
     same time as the callback, and the picture came out blank or cut. Shown with report.picture.
     """
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     items = []
     for r in h.rows:
@@ -57,6 +57,7 @@ def plot(h: Headline):
     ax.invert_yaxis()
     ax.set_xscale("log")
     # Plain tick labels (0.5, 1, 2): a ratio reads as a number, not as a power of ten.
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(f"<- {h.base} better    advantage over {h.base} (95% interval)    subject better ->")

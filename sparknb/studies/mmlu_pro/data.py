@@ -20,6 +20,10 @@ from ...errors import DataError
 LETTERS = "ABCDEFGHIJ"
 FILES = {"test": "test-00000-of-00001.parquet", "validation": "validation-00000-of-00001.parquet"}
 HUB_URL = "https://huggingface.co/datasets/TIGER-Lab/MMLU-Pro/resolve/main/data/{file}"
+# Twenty-eight questions written for this project, two for each of MMLU-Pro's categories, shipped with it: what
+# `dataset: auto` falls back to where MMLU-Pro cannot be had (a fresh clone, offline). Never called MMLU-Pro.
+DEMO_FILE = Path(__file__).resolve().parents[2] / "data" / "demo_questions.jsonl"
+DEMO_NAME = "sparknb demo questions"
 COLUMNS = ("question_id", "question", "options", "answer", "category")
 
 
@@ -108,8 +112,23 @@ def _sha256(path: Path) -> str:
 
 def load(source: str = "hub") -> Dataset:
     """MMLU-Pro from the dataset hub ("hub", cached after the first download) or from a folder
-    holding its two parquet files."""
-    folder = download() if source in ("", "hub") else Path(source).expanduser()
+    holding its two parquet files; "auto": the hub's copy where it is cached or can be fetched at once,
+    else the project's own demo questions (a suite, zero-shot, named as what it is, never as MMLU-Pro)."""
+    if source == "auto":
+        try:
+            return load_folder(download(timeout=10), "hub")
+        except DataError as e:
+            demo = load_suite(DEMO_FILE)
+            return Dataset(DEMO_NAME, f"{DEMO_FILE.name}, shipped with sparknb", demo.test, (), demo.sha256,
+                           (f"NOT MMLU-Pro: MMLU-Pro could not be had ({str(e).splitlines()[0]}), so these are the "
+                            f"{len(demo.test)} questions written for sparknb's demo, zero-shot. Point `dataset` at a "
+                            "folder holding MMLU-Pro's two parquet files, or at \"hub\" online, for the real "
+                            "benchmark.",))
+    return load_folder(download() if source in ("", "hub") else Path(source).expanduser(), source)
+
+
+def load_folder(folder: Path, source: str) -> Dataset:
+    """MMLU-Pro's two parquet files from a folder."""
     if not folder.is_dir():
         raise DataError(f"No folder {folder.resolve()} for the MMLU-Pro data. Pass a folder holding "
                         f"{' and '.join(FILES.values())}, or dataset='hub' to download them.")
@@ -123,7 +142,7 @@ def load(source: str = "hub") -> Dataset:
                    {name: _sha256(folder / name) for name in FILES.values()}, tuple(test_notes + val_notes))
 
 
-def download(folder: str | Path = "") -> Path:
+def download(folder: str | Path = "", timeout: float = 120) -> Path:
     """Fetch the two parquet files into a cache folder once, without the `datasets` package."""
     import httpx
 
@@ -134,7 +153,7 @@ def download(folder: str | Path = "") -> Path:
             continue
         part = target / (name + ".part")
         try:
-            with httpx.stream("GET", HUB_URL.format(file=name), follow_redirects=True, timeout=120) as r:
+            with httpx.stream("GET", HUB_URL.format(file=name), follow_redirects=True, timeout=timeout) as r:
                 r.raise_for_status()
                 with open(part, "wb") as f:
                     f.writelines(r.iter_bytes())

@@ -33,7 +33,11 @@ def findings(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, batch: Ba
     if work.reused:
         notes.append(info(f"{len(work.reused)} answer(s) were reused from run {work.resumed.id}; only the others "
                           "were asked, and only those count in the speed figures."))
-    notes += [info(f"Data: {note}.") for note in work.dataset.notes]
+    for note in work.dataset.notes:  # questions that are not MMLU-Pro's are marked first, never passed off as it
+        if note.startswith("NOT MMLU-Pro"):
+            notes.insert(0, Finding("marked", note))
+        else:
+            notes.append(info(f"Data: {note}."))
     if batch is not None and batch.asked:
         notes += _batch(batch)
     if cmp is not None:

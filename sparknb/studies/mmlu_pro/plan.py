@@ -29,7 +29,9 @@ SAME_FOR_RESUME = ("dataset_name", "shots", "max_tokens", "temperature", "stop",
 
 class Plan(params.Plan):
     study: ClassVar[str] = NOTEBOOK
-    dataset: str = Field("hub", description='"hub", or a folder holding the two parquet files of TIGER-Lab/MMLU-Pro')
+    dataset: str = Field("hub", description='"hub", a folder holding the two parquet files of TIGER-Lab/MMLU-Pro, or '
+                         '"auto": the hub where it can be had, else the demo questions shipped with sparknb (not '
+                         'MMLU-Pro, and named so)')
     per_category: int = Field(20, ge=0, description="questions drawn per category, 0 or more; 0 asks the whole "
                               "test split")
     seed: int = Field(0, description="seed of the draw, a whole number")
@@ -101,7 +103,8 @@ class Work:
 
     @property
     def is_suite(self) -> bool:
-        return bool(self.plan.suite)
+        """Questions of a suite (yours, or the demo's own), asked zero-shot: there are no worked examples."""
+        return bool(self.plan.suite) or not self.dataset.validation
 
     def todo(self) -> list[Question]:
         """The questions still to ask: those without a reused answer, in draw order."""
@@ -150,7 +153,7 @@ def prepare(plan: Plan, model: str, dataset: Dataset | None = None) -> Work:
     """
     if dataset is None:
         dataset = load_suite(plan.suite) if plan.suite else load(plan.dataset)
-    if plan.suite:
+    if plan.suite or not dataset.validation:
         questions = list(dataset.test)
         prompts = {q.id: prompt(q) for q in questions}
     else:
