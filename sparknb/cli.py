@@ -85,15 +85,14 @@ def parameter_problems(source: Path, given: dict, set_here: tuple[str, ...] = SE
             problems.append(f"{name}: set by sparknb itself; leave it out")
         elif name not in declared:
             problems.append(f"{name}: not a parameter of {source.name}; its parameters: {known}")
-        elif not fits(value, declared[name]["inferred_type_name"]):
-            problems.append(f"{name}: {value!r} is not of type {declared[name]['inferred_type_name']}")
         else:
-            problems += _plan_problems(source.stem, name, value)
+            problems += _plan_problems(source.stem, name, value, declared[name]["inferred_type_name"])
     return problems
 
 
-def _plan_problems(notebook: str, name: str, value) -> list[str]:
-    """A value the study's own Plan would refuse (a range, a choice, `auto`), found before any kernel starts."""
+def _plan_problems(notebook: str, name: str, value, type_name: str) -> list[str]:
+    """A value the study's own Plan would refuse (a range, a choice, `auto`), found before any kernel starts;
+    a parameter that is not a Plan field (model, force, ...) is checked against the notebook's declared type."""
     import importlib
 
     from pydantic import TypeAdapter, ValidationError
@@ -101,10 +100,10 @@ def _plan_problems(notebook: str, name: str, value) -> list[str]:
     try:
         plan = importlib.import_module(f"sparknb.studies.{notebook}").Plan
     except (ImportError, AttributeError):
-        return []
-    field = plan.model_fields.get(name)
+        plan = None
+    field = plan.model_fields.get(name) if plan is not None else None
     if field is None or field.exclude:
-        return []
+        return [] if fits(value, type_name) else [f"{name}: {value!r} is not of type {type_name}"]
     try:
         kind = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
         TypeAdapter(kind).validate_python(value, strict=True)

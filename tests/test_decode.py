@@ -50,13 +50,20 @@ def test_plain_papermill_run_on_the_dense_model(tmp_path, tiny_dense):
     summary = json.loads((folder / "summary.json").read_text())
     rows = {row["prompt tokens"]: row for row in summary["table"]}
     assert set(rows) == {64, 256} and all(row["n"] == 2 for row in rows.values())
+    def burst(r):  # the rule: the client's first-to-last token time more than 10% from the server's own
+        return abs(r["decode_s"] - r["server"]["decode_s"]) > 0.1 * r["server"]["decode_s"]
+
     for length, row in rows.items():
-        # vLLM's own request_decode_time over the same requests, per token, beside the client's.
+        # The server's own request_decode_time over the same requests, per token, beside the client's (over
+        # the requests the client timed itself; a burst is counted at the server's time).
         measured = [r for r in records if r["prompt_length"] == length and not r["warmup"]]
         tokens = sum(r["decode_tokens"] for r in measured)
-        assert row["vLLM ms/token"] == pytest.approx(1000 * sum(r["server"]["decode_s"] for r in measured) / tokens)
-        assert row["ms/token"] == pytest.approx(1000 * sum(r["decode_s"] for r in measured) / tokens)
-        assert row["decode tok/s (median)"] > 0
+        assert row["server ms/token"] == pytest.approx(1000 * sum(r["server"]["decode_s"] for r in measured) / tokens)
+        mine = [r for r in measured if not burst(r)]
+        if mine:
+            assert row["ms/token"] == pytest.approx(1000 * sum(r["decode_s"] for r in mine)
+                                                    / sum(r["decode_tokens"] for r in mine))
+        assert row["server-timed"] == len(measured) - len(mine) and row["decode tok/s (median)"] > 0
     for r in records:  # the client cannot see a token before the server made it
         assert r["ttft_s"] >= r["server"]["ttft_s"] - 0.002 and r["total_s"] >= r["server"]["e2e_s"] - 0.002
     fp = json.loads((folder / "fingerprint.json").read_text())
@@ -66,12 +73,13 @@ def test_plain_papermill_run_on_the_dense_model(tmp_path, tiny_dense):
     shared = json.loads((folder / "benchy.json").read_text())  # the rows Spark owners post, from the same requests
     for row in shared:
         depth = int(row["test"].split("@ d")[1])
-        speeds = [r["decode_tokens_per_s"] for r in records if r["prompt_length"] == depth and not r["warmup"]]
+        speeds = [r["decode_tokens"] / (r["server"]["decode_s"] if burst(r) else r["decode_s"])
+                  for r in records if r["prompt_length"] == depth and not r["warmup"]]
         assert row["test"] == f"tg48 @ d{depth}" and row["tokens_per_s"] == pytest.approx(sum(speeds) / len(speeds))
     assert "| tiny-dense | tg48 @ d64 |" in (folder / "benchy.md").read_text()
     assert verify(folder) == []
     text = outputs_text(nb)
-    assert "vLLM ms/token" in text and "image/png" in text and "max_model_len" in text  # table, plot, fingerprint
+    assert "server ms/token" in text and "image/png" in text and "max_model_len" in text  # table, plot, fingerprint
     assert "tqdm" not in text and "%|" not in text  # no frozen progress bar
 
 
@@ -137,7 +145,7 @@ def test_an_unknown_or_mistyped_parameter_is_refused_before_any_kernel_starts(tm
     err = capsys.readouterr().err
     assert code == 2 and not (tmp_path / "decode").exists()
     assert "prompt_lenghts: not a parameter of decode.ipynb; its parameters: model, endpoint, prompt_lengths" in err
-    assert "resume_from: not a parameter" in err and "warmup: 'many' is not of type int" in err
+    assert "resume_from: not a parameter" in err and "warmup: Input should be a valid integer; got 'many'" in err
     assert main(["run", "decode", "--outputs", str(tmp_path), "-p", "run_id", "mine"]) == 2
     assert "run_id: set by sparknb itself" in capsys.readouterr().err
 
