@@ -16,7 +16,7 @@ wall-clock timeout that kills its whole process group (its pid namespace, where 
 its output capped. Opening a sandbox runs a probe inside it: the probe must pass, and must fail to
 connect to a socket this process listens on, or the level is refused.
 
-A pass is proven only by the checks running to their end. The trusted harness runs the program and,
+A pass is proven only by the checks running to their end. The trusted harness (harness.py) runs the program and,
 only once it has returned, writes "checked" on a pipe of its own; this process answers with a
 random nonce it has just drawn, which the harness echoes back. The nonce exists nowhere in the
 sandbox before the checks have returned, so an early exit (with any status), a killed interpreter,
@@ -54,6 +54,7 @@ WHAT = {
 NOBODY = 65534
 PYTHON = "/usr/bin/python3"  # readable by nobody, unlike a virtualenv under /root
 HOME = "/home/sandbox"  # the program's working folder and HOME inside bubblewrap
+HARNESS = (Path(__file__).parent / "harness.py").read_text()  # the trusted program that runs the model's
 
 PASSED = "passed"
 ASSERTION = "assertion failed"
@@ -99,59 +100,6 @@ class Result:
     def as_dict(self) -> dict:
         return asdict(self)
 
-
-# The trusted harness, run with `python -I -B -u -c HARNESS REPORT_FD NONCE_FD LIMITS`; the program comes on stdin.
-HARNESS = r'''
-import json, linecache, os, resource, sys, traceback
-report, nonce_fd, limits = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
-for name, value in limits.items():
-    resource.setrlimit(getattr(resource, name), tuple(value))
-source = sys.stdin.read()
-devnull = os.open(os.devnull, os.O_RDONLY)
-os.dup2(devnull, 0)
-os.close(devnull)
-if os.getpid() == 1:  # the init of a pid namespace ignores most signals: run the program in a child
-    child = os.fork()
-    if child:
-        while True:
-            pid, status = os.wait()
-            if pid == child:
-                os._exit(os.waitstatus_to_exitcode(status) % 256 if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
-original = os.getpid()
-
-def tell(status, detail):
-    os.write(report, (json.dumps({"status": status, "detail": detail[-2000:]}) + "\n").encode())
-    os._exit(1)
-
-def where(e):
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == "<program>"]
-    return f" (line {frames[-1].lineno}: {(frames[-1].line or '').strip()})" if frames else ""
-
-linecache.cache["<program>"] = (len(source), None, source.splitlines(True), "<program>")
-try:
-    exec(compile(source, "<program>", "exec"), {})
-except AssertionError as e:
-    outcome = ("assertion failed", f"AssertionError: {e}{where(e)}")
-except MemoryError as e:
-    outcome = ("out of memory", f"MemoryError{where(e)}")
-except SystemExit as e:
-    outcome = ("exited before the checks ended", f"SystemExit({e.code!r}){where(e)}")
-except BaseException as e:
-    outcome = ("error", f"{type(e).__name__}: {e}{where(e)}")
-else:
-    outcome = None
-if os.getpid() != original:  # a forked copy of the program never speaks for it
-    os._exit(0)
-try:
-    sys.stdout.flush()
-except BaseException:
-    pass
-if outcome:
-    tell(*outcome)
-os.write(report, b"checked\n")
-os.write(report, os.read(nonce_fd, 64))
-os._exit(0)
-'''
 
 # The probe opening a sandbox runs: it must pass, and must not reach the port given.
 PROBE = '''
