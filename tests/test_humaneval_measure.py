@@ -9,6 +9,7 @@ applies stop strings to the reasoning too (vLLM issues 52393, 53066). Every prog
 
 import json
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -258,3 +259,27 @@ def test_samples_give_pass_at_k_by_the_unbiased_estimator(tmp_path):
     assert at["1"]["estimate"] == pytest.approx(0.5) and at["10"]["estimate"] == pytest.approx(1.0)
     assert set(at) == {"1", "10"}  # no pass@100 from 10 samples
     assert summary["pass_at_1"]["method"].startswith("unbiased estimator")
+
+
+def test_ctrl_c_while_programs_run_keeps_every_answer_graded_or_not_and_resume_asks_the_ungraded(tmp_path):
+    ids = list(PROBLEMS)[:5]
+    slow = {pid: attack("import time\ntime.sleep(100)", then=PROBLEMS[pid].canonical) for pid in ids}
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, also where the shell disabled it
+    try:
+        for handler, url in fake_coder(bodies=slow):
+            work = work_on(problems=ids, concurrency=5, sandboxes=1, timeout_s=3.0)
+            study = open_study(tmp_path, url, work)
+            threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # while the first program runs
+            with pytest.raises(KeyboardInterrupt):
+                h.ask(study, work, log=quiet)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    records = read_records(study.run.path)
+    graded = [r for r in records if r["reason"]]
+    assert sorted(r["problem"] for r in records) == sorted(ids)  # the running program's verdict too, awaited
+    assert 1 <= len(graded) < 5 and all(r["reason"] == sb.TIMEOUT for r in graded)
+    assert all(r["text"] and r["detail"] == "not graded: the run stopped" for r in records if not r["reason"])
+    assert json.loads((study.run.path / "failure.json").read_text())["reason"].startswith("KeyboardInterrupt")
+    again = work_on(outputs=tmp_path, problems=ids, concurrency=5, sandboxes=1, timeout_s=3.0,
+                    resume_from=study.run.id)
+    assert len(again.reused) == len(graded) and len(again.todo()) == 5 - len(graded)

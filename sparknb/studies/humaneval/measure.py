@@ -14,7 +14,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 
 from ... import stream
@@ -148,11 +148,13 @@ def _ask(study: Study, work: Work, log: Callable[[str], None]) -> Asked:
         stream.batch(study.streaming(), [_request(p, plan) for p, _ in todo], plan.concurrency, done,
                      stop_on_error=True)
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-        pool.shutdown(wait=True)
+        wait(pending)  # on the futures: a thread's join interrupted by Ctrl-C can return early when asked again
     except BaseException:
         _keep_ungraded(pending, todo, run, lock)
-        pool.shutdown(wait=True)
+        wait(pending)  # the programs running now end within their timeout, and are recorded
         raise
+    finally:
+        pool.shutdown(wait=False)
     lag = time.perf_counter() - t0 - wall
     broken = [f.exception() for f in pending if f.exception() is not None]
     if broken:
