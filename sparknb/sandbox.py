@@ -1,29 +1,24 @@
 """Running model-written code: every program in a child process that can reach nothing, never in this one.
 
-Three levels of isolation, strongest first; a sandbox is opened at the level asked for or not at all:
-
-- bubblewrap: `bwrap` gives the program new user, network, pid, IPC and UTS namespaces and a file
-  system of its own: the interpreter's folders read-only, a small empty tmpfs as its working folder,
-  HOME and /tmp, nothing else of the host.
-- namespaces: `unshare` gives new user, network, pid, IPC and UTS namespaces; the program sees the
-  host's files with the rights of the user it runs as (nobody when sparknb runs as root, else you).
+Three levels of isolation, strongest first; a sandbox opens at the level asked for or not at all:
+- bubblewrap: `bwrap` gives new user, network, pid, IPC and UTS namespaces and a file system of its
+  own (the interpreter's folders read-only; a small empty tmpfs as working folder, HOME and /tmp).
+- namespaces: `unshare` gives the same namespaces, but the host's files stay visible with the rights
+  of the user the program runs as.
 - rlimits: the limits, the empty environment and the working folder only; the network is reachable.
+At every level the program runs as an unprivileged user (root drops to nobody first: root ignores the
+process limit), with HOME, TMPDIR, PATH and LANG its whole environment, an empty temporary working
+folder, limits on CPU time, memory, file size, open files and processes, a wall-clock timeout that
+kills its process group (its pid namespace, where it has one), and its output capped. Opening a
+sandbox runs a probe inside it, which must pass and must not reach a socket this process listens on.
 
-At every level the program runs as an unprivileged user (root drops to nobody first: a root process
-ignores the process limit), with an environment of HOME, TMPDIR, PATH and LANG only, an empty
-temporary working folder, limits on CPU time, memory, file size, open files and processes, a
-wall-clock timeout that kills its whole process group (its pid namespace, where it has one), and
-its output capped. Opening a sandbox runs a probe inside it: the probe must pass, and must fail to
-connect to a socket this process listens on, or the level is refused.
-
-A pass is proven only by the checks running to their end. The trusted harness (harness.py) runs the program and,
-only once it has returned, writes "checked" on a pipe of its own; this process answers with a
-random nonce it has just drawn, which the harness echoes back. The nonce exists nowhere in the
-sandbox before the checks have returned, so an early exit (with any status), a killed interpreter,
-printed text or anything the program can read of the harness is never a pass. What no harness that
-shares an interpreter with the program can rule out: a program written against this very harness
-could take its last step itself, as it could make its answers compare equal to anything. That is
-gaming the benchmark, not escaping the sandbox, which holds it either way.
+A pass is proven only by the checks running to their end: the trusted harness (harness.py) writes
+"checked" on a pipe of its own once the program has returned, and echoes the random nonce this
+process draws only then. An early exit (with any status), a killed interpreter, printed text, or
+anything the program can read of the harness (the nonce is nowhere before the checks return) is never
+a pass. What no harness sharing an interpreter with the program can rule out: a program written
+against this very harness could take that last step itself, as it could make its answers compare
+equal to anything. That games the benchmark; it does not escape the sandbox.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from ... import sandbox as sb
+from ..mmlu_pro.grading import verdict_markdown  # the same verdict, from this study's Traps
 from .data import Problem
 
 CLASSIC_STOPS = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
@@ -214,13 +215,6 @@ def traps(records: Sequence[dict], stop: Sequence[str] = (), share_limit: float 
 def _tail(text: str, n: int = 240) -> str:
     text = text or ""
     return text if len(text) <= n else "..." + text[-n:]
-
-
-def verdict_markdown(t: Traps) -> str:
-    if t.tripped:
-        counts = " | ".join(f"{k}: **{v}**" for k, v in t.counts.items())
-        return f"### ⚠ WARNING: {t.headline()}\n\nOf {t.n} answers: {counts}."
-    return f"**Raw answers checked.** {t.headline()}"
 
 
 def examples_markdown(t: Traps) -> str:
