@@ -80,6 +80,11 @@ def _mmlu_pro(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
             "max_tokens": 64, "concurrency": 4}
 
 
+def _humaneval(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
+    server = request.getfixturevalue("tiny_dense")
+    return {"model": "tiny-dense", "endpoint": server.url, "limit": 3, "max_tokens": 32, "concurrency": 3}
+
+
 def _compare(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
     runs = decode_runs_of_both_tiny_models(request.getfixturevalue("tiny_dense"), request.getfixturevalue("tiny_moe"),
                                            tmp_path / "outputs")
@@ -98,6 +103,7 @@ READY: dict[str, Case] = {
     "prefill": Case(_prefill, tables=1, images=1),
     "load": Case(_load, tables=1, images=1),
     "mmlu_pro": Case(_mmlu_pro, tables=1, images=1),
+    "humaneval": Case(_humaneval, tables=1, images=1),
     "compare": Case(_compare, tables=1, images=1),
     "swap": Case(_swap, tables=1, images=1),
 }

@@ -276,3 +276,35 @@ def test_the_chart_turns_lower_is_better_figures_so_better_is_always_right(tmp_p
     xs = [line.get_xdata()[0] for line in ax.lines if len(line.get_xdata()) == 1]
     assert xs and max(xs) < 1  # slow is slower: left of 1, the base's side
     assert "better ->" in ax.get_xlabel()
+
+
+def humaneval_run(tmp_path, model: str, passed: set[int]) -> Run:
+    run = Run.create("humaneval", {"notebook": "humaneval", "model": {"name": model},
+                                   "settings": {"dataset_sha256": "abc", "dataset_size": 164, "style": "chat"}},
+                     outputs=tmp_path, label=model)
+    run.write_json("fingerprint.json", fingerprint())
+    for p in range(164):
+        ok = p in passed
+        run.record({"problem": f"HumanEval/{p}", "sample": 0, "passed": ok,
+                    "reason": "passed" if ok else "assertion failed"})
+    run.write_json("summary.json", {"findings": []})
+    run.seal()
+    return run
+
+
+def test_humaneval_decides_on_the_paired_difference_and_says_when_164_problems_cannot_tell(tmp_path):
+    strong = humaneval_run(tmp_path, "dense-27b", set(range(120)))
+    weak = humaneval_run(tmp_path, "moe-35b", set(range(60)))  # every problem the weak one solves, the strong too
+    _, h = headline_of(tmp_path, strong, weak)
+    rate, paired = [r for r in h.rows if r.study == "humaneval"]
+    assert rate.role == "context" and rate.values["dense-27b"] == pytest.approx(100 * 120 / 164)
+    assert decide(paired, "moe-35b", "dense-27b").winner == "dense-27b"  # -36.6 points, far from 0
+    close = humaneval_run(tmp_path, "close", set(range(2, 122)))  # 2 won, 2 lost against the strong one
+    _, h = headline_of(tmp_path, strong, close)
+    paired = next(r for r in h.rows if r.figure.startswith("paired"))
+    assert decide(paired, "close", "dense-27b").outcome == "cannot tell"
+    assert "more than the 164 HumanEval holds" not in paired.needed["close"]  # a few discordant: 164 could narrow it
+    noisy = humaneval_run(tmp_path, "noisy", set(range(40, 160)))  # 40 won, 40 lost: the interval stays wide
+    _, h = headline_of(tmp_path, strong, noisy)
+    paired = next(r for r in h.rows if r.figure.startswith("paired"))
+    assert "more than the 164 HumanEval holds" in paired.needed["noisy"]

@@ -10,6 +10,7 @@ run concurrently, each answer graded and recorded the moment its program ends (m
 from .compare import Comparison, compare, comparison_markdown, needed_text, passes
 from .data import Dataset, Problem, load, packaged_file, select
 from .findings import findings, summary
+from .headline import headline_rows
 from .grading import (
                       CLASSIC_STOPS,
                       CUT,
@@ -42,7 +43,7 @@ __all__ = [
     "Answer", "Asked", "Comparison", "Cost", "Dataset", "Grade", "Plan", "Problem", "Scores", "Traps", "Work", "ask",
     "batch_table",
     "chat", "compare", "comparison_markdown", "completion", "cost", "cost_table", "examples_markdown", "extract",
-    "failures", "findings", "flag", "frame", "grade", "load", "needed_text", "packaged_file", "pass_at_1", "passes",
+    "failures", "findings", "flag", "frame", "grade", "headline_rows", "load", "needed_text", "packaged_file", "pass_at_1", "passes",
     "plot", "prepare", "program", "prompt_tokens", "reasons_table", "scores", "scores_markdown", "select",
     "strip_thinking", "summary", "traps", "verdict_markdown",
 ]
