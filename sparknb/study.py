@@ -12,11 +12,11 @@ import contextlib
 import os
 import random
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
-from . import bandwidth, fingerprint, guard, metrics, probe, stats, stream, telemetry
+from . import bandwidth, energy, fingerprint, guard, metrics, probe, stats, stream, telemetry
 from .client import Completion, Endpoint, ServerInfo
 from .errors import ParamsError
 from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
@@ -43,6 +43,7 @@ class Study:
     endpoint: Endpoint | None = None  # None where the study starts its own servers (swap)
     server: ServerInfo | None = None
     sampler: telemetry.Sampler | None = None  # GPU telemetry, sampled while the run is open
+    windows: list[energy.Window] = field(default_factory=list)  # GPU energy over each measured window
 
     @property
     def model(self) -> ModelParams:
@@ -80,12 +81,17 @@ class Study:
 
     @contextlib.contextmanager
     def measuring(self) -> Iterator[None]:
-        """Around the requests: a failure (Ctrl-C too) seals what was taken, with the reason, then goes on up."""
+        """Around the requests: a failure (Ctrl-C too) seals what was taken, with the reason, then goes on up.
+        The GPU energy over the requests taken here is one window of the run (energy.py)."""
+        before, taken = energy.read(), len(self.records())
         try:
             yield
         except BaseException as e:
             self.fail(e)
             raise
+        records = self.records()[taken:]
+        if records:
+            self.windows.append(energy.window(f"{self.notebook} requests", before, energy.read(), records))
 
     def fail(self, error: BaseException | str) -> None:
         """Mark the run as failed halfway, let go of the lock and seal it; every record stays."""
@@ -110,6 +116,10 @@ class Study:
             watched = self.sampler.summary()
             summary = summary | {"telemetry": watched.as_dict()}
             print("\n".join(map(str, watched.findings())), flush=True)
+        if self.windows:
+            summary = summary | {"energy": [w.as_dict() for w in self.windows]}
+            summary["findings"] = list(summary.get("findings") or []) + [w.finding().as_dict() for w in self.windows]
+            print("\n".join(str(w.finding()) for w in self.windows), flush=True)
         self.run.write_json("summary.json", summary)
         self._close()
         print(f"run folder: {self.run.path}")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ... import energy
 from ...verdict import Row, Runs, StudyVerdict, decide, verdicts
 
 # The order the rows are shown in; a study not listed comes after these.
@@ -89,4 +90,5 @@ def headline(runs: Runs) -> Headline:
         if not mine:
             without.append(f"{study}: its runs share no figure to set side by side")
         rows += mine
+    rows += energy.headline_rows(runs)
     return Headline(runs.base, list(runs.subjects), rows, without)
