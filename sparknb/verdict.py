@@ -193,21 +193,27 @@ def caveats(run: PastRun, about: object = None) -> tuple[str, ...]:
     found = list(summary.get("findings") or []) + list((summary.get("telemetry") or {}).get("findings") or [])
     for f in found:
         if isinstance(f, dict) and f.get("level") in DOUBTS and _concerns(f.get("about") or (), about):
-            out.append(f"{_first_sentence(f.get('text', ''))}")
+            out.append(_first_sentence(f.get("text", "")))
     return tuple(dict.fromkeys(out))
 
 
-def warnings_of(run: PastRun) -> list[str]:
-    """Every doubt a run states about itself, whatever it is about: for the comparison's top section."""
+def warnings_of(run: PastRun) -> list[tuple[str, str]]:
+    """Every doubt a run states about itself, whatever it is about, as (level, text): for the comparison's top
+    section. Each text's first sentence is what caveats() carries into a row, so a row can cite it."""
     summary = run.summary or {}
     found = list(summary.get("findings") or []) + list((summary.get("telemetry") or {}).get("findings") or [])
-    out = [f"{f.get('level', 'warning').upper()}: {f.get('text', '')}" for f in found
+    out = [(f.get("level", "warning"), f.get("text", "")) for f in found
            if isinstance(f, dict) and f.get("level") in DOUBTS]
     if run.failure:
-        out.insert(0, f"FAILED HALFWAY: {_first_line(run.failure.get('reason'))}")
+        out.insert(0, ("failed", caveats(run)[0]))
     if summary == {} and not run.failure:
-        out.insert(0, "WARNING: the run has no summary: it ended before its tables were written")
+        out.insert(0, ("warning", "the run has no summary: it ended before its tables were written"))
     return list(dict.fromkeys(out))
+
+
+def short(text: str) -> str:
+    """A finding as a row carries it: its first sentence."""
+    return _first_sentence(text)
 
 
 def _concerns(named: Iterable, about: object) -> bool:

@@ -180,7 +180,11 @@ def test_every_warning_of_every_input_run_and_every_missing_study_reach_the_comp
     record.record({"cell": "mmlu_pro/dense-27b/1", "status": "failed", "reason": "mmlu_pro did not start: no data"})
     plan = compare.Plan.build(campaign=record.id, outputs=str(outputs))
     found = compare.run_warnings(plan.past)
-    assert sum(len(v) for v in found.values()) == 2
+    assert found.count == 2
+    h = compare.headline(plan.compared())
+    cited = h.table(found.cite)
+    assert "moe-35b: W1" in cited.loc[0, "why"] and "dense-27b: W2" in cited.loc[0, "why"]  # 111 tokens: both
+    assert "dense-27b: W2" not in cited.loc[1, "why"]  # the second warning names 111 tokens only
     assert plan.missing() == ["mmlu_pro/dense-27b/1 failed: mmlu_pro did not start: no data"]
     nb, folder = run_notebook("compare", tmp_path, {"campaign": record.id})
     text = outputs_text(nb)

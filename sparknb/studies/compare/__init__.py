@@ -5,7 +5,7 @@ through each study's own code, with a 95% interval on every ratio.
 """
 
 from .browser import browser, in_jupyter, show
-from .fingerprints import fingerprint_table, fingerprint_view, run_warnings, run_warnings_markdown, warnings
+from .fingerprints import Warned, fingerprint_table, fingerprint_view, run_warnings, warnings
 from .headline import Headline, headline
 from .plan import Plan
 from .plots import plot
@@ -13,4 +13,4 @@ from .record import finish, open_run
 from .story import story
 
 __all__ = ["Headline", "Plan", "browser", "finish", "fingerprint_table", "fingerprint_view", "headline", "in_jupyter",
-           "open_run", "plot", "run_warnings", "run_warnings_markdown", "show", "story", "warnings"]
+           "open_run", "plot", "run_warnings", "show", "story", "warnings", "Warned"]

@@ -62,7 +62,7 @@ def show(plan: Plan) -> None:
     from IPython.display import Markdown, display
 
     from ...report import markdown, picture
-    from .fingerprints import run_warnings, run_warnings_markdown, warnings
+    from .fingerprints import run_warnings, warnings
     from .headline import headline
     from .plots import plot
     from .story import story
@@ -70,6 +70,7 @@ def show(plan: Plan) -> None:
     h = headline(plan.compared())
     display(Markdown(story(h, plan.missing())))
     display(Markdown(markdown(warnings(plan.past)) or "Same box, driver and server version."))
-    display(Markdown(run_warnings_markdown(run_warnings(plan.past))))
-    display(h.table())
+    found = run_warnings(plan.past)
+    display(Markdown(found.markdown()))
+    display(h.table(found.cite).style.hide(axis="index"))
     display(picture(plot(h)))  # a Figure outside pyplot: see plot

@@ -4,13 +4,14 @@ all said before any number."""
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 
 import pandas as pd
 
 from ... import fingerprint
 from ...report import Finding, warning
 from ...run import PastRun
-from ...verdict import warnings_of
+from ...verdict import short, warnings_of
 
 # Settings that differ between runs on purpose, or that do not change what is measured.
 NOT_A_DIFFERENCE = {"model", "models", "endpoint", "run_id", "outputs", "seal", "force", "compare_with",
@@ -117,17 +118,49 @@ def _speculation(served: list[PastRun]) -> list[Finding]:
                     "predictable the text is, so those rows are caveated.")]
 
 
-def run_warnings(past: list[PastRun]) -> dict[str, list[str]]:
+@dataclass(frozen=True)
+class Warned:
+    """Every warning each run compared states about itself, by run, numbered W1, W2, ... so the headline's rows
+    can cite the ones they carry instead of repeating them."""
+
+    by_run: dict[str, list[tuple[str, str, str]]]  # run -> (id, level, text)
+
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self.by_run.values())
+
+    def cite(self, reason: str) -> str:
+        """A row's reason ("subject: first sentence") with the sentence replaced by its warning's id, where one says it."""
+        subject, sep, text = reason.partition(": ")
+        ids = self._ids()
+        if sep and text in ids:
+            return f"{subject}: {ids[text]}"
+        return ids.get(reason, reason)
+
+    def _ids(self) -> dict[str, str]:
+        return {short(text): wid for ws in self.by_run.values() for wid, _, text in ws}
+
+    def as_dict(self) -> dict:
+        return {run: [{"id": i, "level": level, "text": text} for i, level, text in ws] for run, ws in self.by_run.items()}
+
+    def markdown(self) -> str:
+        if not self.by_run:
+            return "No run compared here states a warning about itself."
+        lines = [f"**{self.count} warning(s) from the {len(self.by_run)} run(s) below**, each as its own report states it "
+                 "(the headline's `why` column cites them by number):"]
+        for run, ws in self.by_run.items():
+            lines.append(f"- **{html.escape(run)}**")
+            lines += [f"    - **{wid}** {level.upper()}: {text}" for wid, level, text in ws]
+        return "\n".join(lines)
+
+
+def run_warnings(past: list[PastRun]) -> Warned:
     """Every warning each run states about itself (and its failure), by run: nothing of them is dropped."""
-    return {f"{run.notebook} run {run.id} ({run.label})": w for run in past if (w := warnings_of(run))}
-
-
-def run_warnings_markdown(found: dict[str, list[str]]) -> str:
-    if not found:
-        return "No run compared here states a warning about itself."
-    total = sum(len(v) for v in found.values())
-    lines = [f"**{total} warning(s) from the {len(found)} run(s) below**, each as its own report states it:"]
-    for run, ws in found.items():
-        lines.append(f"- **{html.escape(run)}**")
-        lines += [f"    - {w}" for w in ws]
-    return "\n".join(lines)
+    by_run, n = {}, 0
+    for run in past:
+        found = warnings_of(run)
+        if found:
+            by_run[f"{run.notebook} run {run.id} ({run.label})"] = [(f"W{n + i + 1}", level, text)
+                                                                   for i, (level, text) in enumerate(found)]
+            n += len(found)
+    return Warned(by_run)

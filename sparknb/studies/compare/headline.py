@@ -34,8 +34,10 @@ class Headline:
     def verdicts(self) -> list[StudyVerdict]:
         return verdicts(self.rows, self.subjects)
 
-    def table(self) -> pd.DataFrame:
-        """One line per figure: each subject's value (and sample), each ratio to the base, what it decides and why."""
+    def table(self, cite=None) -> pd.DataFrame:
+        """One line per figure: each subject's value (and sample), each ratio to the base, what it decides and why;
+        `cite` turns a reason into the id of the run warning that states it (fingerprints.Warned.cite)."""
+        cite = cite or (lambda reason: reason)
         out = []
         for r in self.rows:
             row = {"study": r.study, "figure": r.figure}
@@ -48,7 +50,7 @@ class Headline:
                 d = decide(r, s, self.base)
                 row[f"{s} / {self.base}"] = d.shown
                 row[f"{s}: verdict"] = _outcome(d)
-                whys += list(d.reasons) + ([r.needed[s]] if d.outcome == "cannot tell" and s in r.needed else [])
+                whys += [cite(x) for x in d.reasons] + ([r.needed[s]] if d.outcome == "cannot tell" and s in r.needed else [])
             row["why"] = "; ".join(dict.fromkeys(whys + ([r.note] if r.note else [])))
             out.append(row)
         return pd.DataFrame(out)

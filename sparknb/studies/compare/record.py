@@ -22,11 +22,12 @@ def open_run(plan: Plan, *, run_id: str = "", outputs: str = "") -> Run:
 
 
 def finish(run: Run, headline: Headline, paragraph: str, notes: list[Finding], seal: bool = True, *,
-           run_warnings: dict[str, list[str]] | None = None, missing: list[str] = ()) -> None:
+           run_warnings=None, missing: list[str] = ()) -> None:
     """The comparison's summary: the headline with every row's standing and decision, the verdict, the
     comparison's own warnings, every warning of the runs compared (by run), and the studies missing."""
     run.write_json("summary.json", {"headline": headline.as_dict(), "story": paragraph, "findings": as_records(notes),
-                                    "run_warnings": run_warnings or {}, "missing": list(missing)})
+                                    "run_warnings": run_warnings.as_dict() if run_warnings else {},
+                                    "missing": list(missing)})
     if seal:
         run.seal()
     print(f"comparison folder: {run.path}")
