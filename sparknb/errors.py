@@ -60,3 +60,7 @@ class LifecycleError(SparknbError, ValueError):
 
 class StudyError(SparknbError, RuntimeError):
     """A study stopped halfway; every record taken before is kept in its sealed run folder."""
+
+
+class BuildError(SparknbError, RuntimeError):
+    """A tool sparknb builds for itself (the test bed's llama-server) is missing and could not be built."""
