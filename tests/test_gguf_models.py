@@ -14,10 +14,10 @@ from sparknb.serving import gguf_models, tiny_models
 pytestmark = [pytest.mark.demo, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
-def _reader(name: str):
+def _reader(name: str, quantization: str | None = None):
     import gguf
 
-    return gguf.GGUFReader(str(gguf_models.gguf_file(name)))
+    return gguf.GGUFReader(str(gguf_models.gguf_file(name, quantization)))
 
 
 def _field(reader, key: str):
@@ -37,7 +37,7 @@ def _checkpoint_bits(name: str, key: str) -> np.ndarray:
         return fh.get_tensor(key).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
 
 
-@pytest.mark.parametrize("name", gguf_models.names())
+@pytest.mark.parametrize("name", tiny_models.NAMES)
 def test_hyperparameters_are_the_checkpoints(name):
     config = json.loads((tiny_models.checkpoint(name) / "config.json").read_text())
     reader = _reader(name)
@@ -56,7 +56,7 @@ def test_hyperparameters_are_the_checkpoints(name):
         assert _field(reader, "qwen3moe.expert_feed_forward_length") == config["moe_intermediate_size"]
 
 
-@pytest.mark.parametrize("name", gguf_models.names())
+@pytest.mark.parametrize("name", tiny_models.NAMES)
 def test_every_weight_is_the_checkpoints_bit_for_bit(name):
     reader = _reader(name)
     tensors = {t.name: t for t in reader.tensors}
@@ -89,7 +89,7 @@ def test_the_tokenizer_is_the_checkpoints_with_llamacpps_fields():
     tokens = _field(reader, "tokenizer.ggml.tokens")
     assert tokens == hf.convert_ids_to_tokens(list(range(len(hf))))
     assert _field(reader, "tokenizer.ggml.model") == "gpt2"
-    assert _field(reader, "tokenizer.ggml.pre") == "gpt2"  # the GPT-2 split the ByteLevel tokenizer uses
+    assert _field(reader, "tokenizer.ggml.pre") == "gpt-2"  # the GPT-2 split the ByteLevel tokenizer uses
     assert _field(reader, "tokenizer.ggml.eos_token_id") == hf.convert_tokens_to_ids("<|im_end|>")
     assert _field(reader, "tokenizer.ggml.padding_token_id") == hf.pad_token_id
     assert _field(reader, "tokenizer.ggml.add_bos_token") is False
@@ -102,16 +102,26 @@ def test_the_tokenizer_is_the_checkpoints_with_llamacpps_fields():
     assert _field(reader, "tokenizer.chat_template") == tiny_models.CHAT_TEMPLATE
 
 
-def test_the_draft_reads_tokens_as_tiny_moe_does_but_is_not_it():
-    draft = {t.name: t for t in _reader(tiny_models.DRAFT).tensors}
-    moe = {t.name: t for t in _reader("tiny-moe").tensors}
-    dense = {t.name: t for t in _reader("tiny-dense").tensors}
-    for shared in ("token_embd.weight", "output.weight"):
-        assert np.array_equal(_bf16(draft[shared]), _bf16(moe[shared]))
-        assert not np.array_equal(_bf16(draft[shared]), _bf16(dense[shared]))
-    assert not any(name.startswith("blk.1.") for name in draft)  # one layer
-    assert _field(_reader(tiny_models.DRAFT), "tokenizer.ggml.tokens") == _field(_reader("tiny-moe"),
-                                                                                "tokenizer.ggml.tokens")
+def test_the_draft_is_tiny_moe_in_q4_0_with_the_same_tokenizer_and_router():
+    import gguf
+
+    draft = _reader("tiny-moe", "Q4_0")
+    assert gguf_models.draft_file("tiny-moe") == gguf_models.gguf_file("tiny-moe", "Q4_0")
+    assert _field(draft, "tokenizer.ggml.tokens") == _field(_reader("tiny-moe"), "tokenizer.ggml.tokens")
+    assert _field(draft, "general.file_type") == gguf.LlamaFileType.MOSTLY_Q4_0
+    tensors = {t.name: t for t in draft.tensors}
+    kinds = {name: t.tensor_type for name, t in tensors.items()}
+    assert kinds["blk.0.ffn_gate_exps.weight"] == kinds["token_embd.weight"] == gguf.GGMLQuantizationType.Q4_0
+    assert kinds["blk.0.ffn_gate_inp.weight"] == gguf.GGMLQuantizationType.BF16  # the router is left as it is
+    assert kinds["blk.0.attn_norm.weight"] == gguf.GGMLQuantizationType.F32
+    # close to tiny-moe's weights, not equal: what makes it guess the target's tokens often but not always
+    q = tensors["blk.2.attn_q.weight"]
+    restored = gguf.quants.dequantize(np.asarray(q.data), q.tensor_type).reshape(256, 256)
+    exact = (_checkpoint_bits("tiny-moe", "model.layers.2.self_attn.q_proj.weight").astype(np.uint32) << 16).view(
+        np.float32)
+    error = np.abs(restored - exact)
+    assert 0 < error.mean() < 0.1 * np.abs(exact).mean()
+    assert gguf_models.draft_file("tiny-moe").stat().st_size < 0.35 * gguf_models.gguf_file("tiny-moe").stat().st_size
 
 
 def test_a_gguf_is_written_once_per_recipe(monkeypatch):
@@ -119,10 +129,10 @@ def test_a_gguf_is_written_once_per_recipe(monkeypatch):
     stamp = path.stat().st_mtime_ns
     assert gguf_models.gguf_file("tiny-dense") == path and path.stat().st_mtime_ns == stamp
     assert path.name.startswith(f"tiny-dense-{tiny_models.recipe_key('tiny-dense')}-w{gguf_models.WRITER_REVISION}")
-    changed = {**tiny_models.RECIPES["tiny-moe"], "seed": 999}
-    before = gguf_models.cache_key(tiny_models.DRAFT)
-    monkeypatch.setitem(tiny_models.RECIPES, "tiny-moe", changed)
-    assert gguf_models.cache_key(tiny_models.DRAFT) != before  # the draft's embeddings come from tiny-moe
+    assert gguf_models.gguf_file("tiny-moe", "Q4_0").name.endswith("-q4_0.gguf")
+    before = gguf_models.cache_key("tiny-moe")
+    monkeypatch.setitem(tiny_models.RECIPES, "tiny-moe", {**tiny_models.RECIPES["tiny-moe"], "seed": 999})
+    assert gguf_models.cache_key("tiny-moe") != before
 
 
 def test_a_failed_write_leaves_no_half_file(monkeypatch, tmp_path):
@@ -135,6 +145,8 @@ def test_a_failed_write_leaves_no_half_file(monkeypatch, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_an_unknown_name_is_refused_with_the_known_ones():
-    with pytest.raises(ParamsError, match="tiny-dense, tiny-moe, tiny-draft"):
+def test_an_unknown_name_or_quantization_is_refused_with_the_known_ones():
+    with pytest.raises(ParamsError, match="choose one of tiny-dense, tiny-moe"):
         gguf_models.gguf_file("tiny-huge")
+    with pytest.raises(ParamsError, match="unknown quantization 'Q3_X'.*Q4_0"):
+        gguf_models.gguf_file("tiny-moe", "Q3_X")

@@ -25,7 +25,6 @@ from .processes import HOST
 
 MAX_MODEL_LEN = 16384
 NAMES = ("tiny-dense", "tiny-moe")
-DRAFT = "tiny-draft"  # not served on its own: the draft model of tiny-moe's speculative decoding on llama.cpp
 
 # What both models share: small enough to build in seconds and serve on two cores, long enough a context for real prompts.
 _SHAPE: dict[str, Any] = {
@@ -46,14 +45,6 @@ RECIPES: dict[str, dict[str, Any]] = {
         "seed": 2,
         "config": {**_SHAPE, "moe_intermediate_size": 128, "num_experts": 16, "num_experts_per_tok": 2,
                    "norm_topk_prob": True},
-    },
-    # One layer, with tiny-moe's own embeddings and output head: with random weights the next token
-    # depends mostly on those two, so the draft often guesses what tiny-moe will say, but not always.
-    DRAFT: {
-        "architecture": "Qwen3ForCausalLM",
-        "seed": 3,
-        "config": {**_SHAPE, "num_hidden_layers": 1, "intermediate_size": 256},
-        "embeddings_from": "tiny-moe",
     },
 }
 TOKENIZER_RECIPE: dict[str, Any] = {"vocab_size": 4096, "corpus_seed": 7, "corpus_lines": 20000}
@@ -141,9 +132,6 @@ def recipe_key(name: str) -> str:
         "chat_template": CHAT_TEMPLATE,
         "corpus_sha256": hashlib.sha256(_corpus().encode()).hexdigest(),
     }
-    source = RECIPES[name].get("embeddings_from")
-    if source:  # a change to the source's recipe changes its embeddings, so this one too
-        recipe["embeddings_key"] = recipe_key(source)
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -169,7 +157,7 @@ def checkpoint(name: str) -> Path:
 
 def _check_name(name: str) -> str:
     if name not in RECIPES:
-        raise ParamsError(f"unknown test-bed model {name!r}; choose one of {', '.join(NAMES)} (or {DRAFT})")
+        raise ParamsError(f"unknown test-bed model {name!r}; choose one of {', '.join(NAMES)}")
     return name
 
 
@@ -238,23 +226,11 @@ def _build_model(name: str, tokenizer: Any) -> Any:
     )
     torch.manual_seed(recipe["seed"])
     model = arch(config).to(torch.bfloat16)
-    if recipe.get("embeddings_from"):
-        _copy_embeddings(model, checkpoint(recipe["embeddings_from"]))
     model.config.dtype = torch.bfloat16
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.bos_token_id = None
     return model
-
-
-def _copy_embeddings(model: Any, source: Path) -> None:
-    """The input embeddings and output head of another checkpoint (a draft model's target)."""
-    from safetensors import safe_open
-
-    with safe_open(str(source / "model.safetensors"), "pt") as weights:
-        for name, param in (("model.embed_tokens.weight", model.model.embed_tokens.weight),
-                            ("lm_head.weight", model.lm_head.weight)):
-            param.data.copy_(weights.get_tensor(name))
 
 
 def _save_model(model: Any, out: Path) -> None:
