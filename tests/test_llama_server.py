@@ -111,5 +111,5 @@ def test_the_pinned_build_says_what_it_was_built_from():
     assert record["source"] == llama_server.SOURCE and record["targets"] == list(llama_server.TARGETS)
     assert record["build_s"] > 0
     binary = llama_server.Binary(path, "pinned build")
-    assert "llama-cpp-python-0.3.36" in binary.version()  # LLAMA_BUILD_COMMIT reached the binary
+    assert "0.5.0-dev" in binary.version() and "commit 0c1e570" in binary.version()  # read from the sdist's git data
     assert binary.bench() is not None

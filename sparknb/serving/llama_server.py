@@ -41,14 +41,14 @@ from ..errors import BuildError
 ENV_VAR = "SPARKNB_LLAMA_SERVER"  # a llama-server binary of your own
 SDIST_ENV_VAR = "SPARKNB_LLAMA_CPP_SDIST"  # the sdist already on disk, for a machine without PyPI
 SOURCE = {"package": "llama-cpp-python", "version": "0.3.36", "subdir": "vendor/llama.cpp",
-          "sha256": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"}
+          "sha256": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
+          "llama.cpp": "0.5.0-dev, commit 0c1e570"}  # what the built binary's --version says
+# The sdist keeps llama.cpp's git metadata apart from its tree; the build reads its commit from there.
+GIT_DIR = ".git/modules/vendor/llama.cpp"
 TARGETS = ("llama-server", "llama-bench")
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF", "-DBUILD_SHARED_LIBS=OFF",
-    # The sdist has no .git: without these the build would call itself "unknown" (or take the
-    # commit of whatever repository encloses the source tree).
-    "-DLLAMA_BUILD_NUMBER=0", f"-DLLAMA_BUILD_COMMIT={SOURCE['package']}-{SOURCE['version']}",
 )
 # Time limits per step, in seconds: 2 cores build llama-server in about 9 minutes when nothing else runs.
 DOWNLOAD_S, CONFIGURE_S, BUILD_S, LOCK_WAIT_S = 900, 600, 5400, 5400
@@ -142,6 +142,8 @@ def build(*, jobs: int | None = None, log=print) -> Path:
         if built():  # another builder finished while we waited
             return built()
         tools = _tools()
+        for stale in final.parent.glob(f".build-{final.name}-*"):  # a build that was killed; we hold the lock
+            shutil.rmtree(stale, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=f".build-{final.name}-", dir=final.parent))
         try:
             record = _build_in(work, tools, jobs or os.cpu_count() or 2, log)
@@ -242,14 +244,16 @@ def _sdist(work: Path, log) -> Path:
 
 
 def _extract(sdist: Path, into: Path) -> Path:
-    """Only the vendored llama.cpp, through tarfile's data filter (no links out, no devices)."""
-    prefix = f"{sdist.name.removesuffix('.tar.gz')}/{SOURCE['subdir']}/"
+    """Only the vendored llama.cpp and its git metadata (so the binary knows its commit), through
+    tarfile's data filter (no links out, no devices)."""
+    top = sdist.name.removesuffix(".tar.gz")
+    prefixes = (f"{top}/{SOURCE['subdir']}/", f"{top}/{GIT_DIR}/")
     with tarfile.open(sdist) as tar:
-        members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
-        if not members:
+        members = [m for m in tar.getmembers() if m.name.startswith(prefixes)]
+        if not any(m.name.startswith(prefixes[0]) for m in members):
             raise BuildError(f"{sdist} has no {SOURCE['subdir']}: not the sdist the test bed is pinned to")
         tar.extractall(into, members=members, filter="data")
-    return into / prefix
+    return into / prefixes[0]
 
 
 def _step(what: str, argv: list[str], log_file: Path, limit: float, log, fix: str | None = None) -> None:
