@@ -9,8 +9,10 @@ for the llama.cpp fixtures (tiny_dense_llama, tiny_moe_llama) without a llama-se
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -84,95 +86,83 @@ def _own_run_lock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ["SPARKNB_LOCK_FILE"] = previous
 
 
-@pytest.fixture(scope="session")
-def _testbed_servers(request: pytest.FixtureRequest,
-                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """Start every server that some collected test needs, and stop them at the end."""
+@contextlib.contextmanager
+def _wanted_servers(request: pytest.FixtureRequest, logs: Path, table: dict, **options) -> Iterator[dict]:
+    """Start every server of `table` that some collected test needs, and stop them at the end."""
     wanted = {fixture for item in request.session.items for fixture in item.fixturenames}
-    logs = tmp_path_factory.mktemp("testbed-logs")
     launched: dict[str, testbed.Server] = {}
     try:
-        for name, (fixture, port, key) in SERVERS.items():
+        for name, (fixture, port, key) in table.items():
             if fixture in wanted:
                 port = testbed.pick_port(port)
                 # One after the other: two first compiles at once can race in vLLM's compile cache.
-                launched[name] = testbed.start(name, port, api_key=key, log_path=logs / f"{name}-{port}.log")
+                launched[name] = testbed.start(name, port, api_key=key, log_path=logs / f"{name}-{port}.log",
+                                               **options)
         yield launched
     finally:
         for server in launched.values():
             server.stop()
 
 
-def _ready(servers: dict, name: str) -> testbed.Server:
+def _ready(servers: dict, name: str, table: dict, **options) -> testbed.Server:
     if name not in servers:  # requested dynamically (getfixturevalue) and so not seen at collection
-        fixture, port, key = SERVERS[name]
-        servers[name] = testbed.launch(name, testbed.pick_port(port), api_key=key)
-    return servers[name].wait_ready(timeout=900)
+        fixture, port, key = table[name]
+        servers[name] = testbed.launch(name, testbed.pick_port(port), api_key=key, **options)
+    return servers[name].wait_ready()
+
+
+@pytest.fixture(scope="session")
+def _testbed_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    with _wanted_servers(request, tmp_path_factory.mktemp("testbed-logs"), SERVERS) as launched:
+        yield launched
+
+
+@pytest.fixture(scope="session")
+def _llamacpp_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The llama-servers some collected test needs: a second each."""
+    with _wanted_servers(request, tmp_path_factory.mktemp("llamacpp-logs"), LLAMA_SERVERS, engine="llama.cpp",
+                         timeout=120) as launched:
+        yield launched
+
+
+@contextlib.contextmanager
+def _test_key_in_environment() -> Iterator[None]:
+    """The test key in $SPARKNB_API_KEY, where the dense models' params look for it; the old value after."""
+    previous = os.environ.get(API_KEY_ENV)
+    os.environ[API_KEY_ENV] = TEST_API_KEY
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(API_KEY_ENV, None)
+        else:
+            os.environ[API_KEY_ENV] = previous
 
 
 @pytest.fixture(scope="session")
 def tiny_dense(_testbed_servers: dict) -> Iterator[testbed.Server]:
     """tiny-dense behind an API key; the key is also in $SPARKNB_API_KEY, as its params say."""
-    previous = os.environ.get(API_KEY_ENV)
-    os.environ[API_KEY_ENV] = TEST_API_KEY
-    try:
-        yield _ready(_testbed_servers, "tiny-dense")
-    finally:
-        if previous is None:
-            os.environ.pop(API_KEY_ENV, None)
-        else:
-            os.environ[API_KEY_ENV] = previous
+    with _test_key_in_environment():
+        yield _ready(_testbed_servers, "tiny-dense", SERVERS)
 
 
 @pytest.fixture(scope="session")
 def tiny_moe(_testbed_servers: dict) -> testbed.Server:
     """tiny-moe with n-gram speculative decoding, no API key."""
-    return _ready(_testbed_servers, "tiny-moe")
-
-
-@pytest.fixture(scope="session")
-def _llamacpp_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """Start every llama-server that some collected test needs (seconds each), and stop them at the end."""
-    wanted = {fixture for item in request.session.items for fixture in item.fixturenames}
-    logs = tmp_path_factory.mktemp("llamacpp-logs")
-    launched: dict[str, testbed.Server] = {}
-    try:
-        for name, (fixture, port, key) in LLAMA_SERVERS.items():
-            if fixture in wanted:
-                port = testbed.pick_port(port)
-                launched[name] = testbed.launch(name, port, engine="llama.cpp", api_key=key, timeout=120,
-                                                log_path=logs / f"{name}-llamacpp-{port}.log")
-        yield launched
-    finally:
-        for server in launched.values():
-            server.stop()
-
-
-def _llama_ready(servers: dict, name: str) -> testbed.Server:
-    if name not in servers:  # requested dynamically (getfixturevalue) and so not seen at collection
-        fixture, port, key = LLAMA_SERVERS[name]
-        servers[name] = testbed.launch(name, testbed.pick_port(port), engine="llama.cpp", api_key=key, timeout=120)
-    return servers[name].wait_ready()
+    return _ready(_testbed_servers, "tiny-moe", SERVERS)
 
 
 @pytest.fixture(scope="session")
 def tiny_dense_llama(_llamacpp_servers: dict) -> Iterator[testbed.Server]:
     """tiny-dense on llama-server, behind the same API key as tiny_dense (also in $SPARKNB_API_KEY)."""
-    previous = os.environ.get(API_KEY_ENV)
-    os.environ[API_KEY_ENV] = TEST_API_KEY
-    try:
-        yield _llama_ready(_llamacpp_servers, "tiny-dense")
-    finally:
-        if previous is None:
-            os.environ.pop(API_KEY_ENV, None)
-        else:
-            os.environ[API_KEY_ENV] = previous
+    with _test_key_in_environment():
+        yield _ready(_llamacpp_servers, "tiny-dense", LLAMA_SERVERS, engine="llama.cpp", timeout=120)
 
 
 @pytest.fixture(scope="session")
 def tiny_moe_llama(_llamacpp_servers: dict) -> testbed.Server:
-    """tiny-moe on llama-server, speculating with the tiny-draft model (--model-draft), no API key."""
-    return _llama_ready(_llamacpp_servers, "tiny-moe")
+    """tiny-moe on llama-server, speculating with its own Q4_0 copy as the draft model (--model-draft), no API key."""
+    return _ready(_llamacpp_servers, "tiny-moe", LLAMA_SERVERS, engine="llama.cpp", timeout=120)
 
 
 @pytest.fixture(scope="session")
