@@ -243,12 +243,12 @@ def _tensors(writer: Any, source: Path, config: dict, arch: str, quantization: A
     return count
 
 
-
 # --- serving -------------------------------------------------------------------------------------------
 
 # Slots answer requests side by side (the load tests go up to 8 in flight); the context is split
 # evenly between them, so each request may use the vLLM test bed's max-model-len. The KV cache is
-# f16, 2 KiB per token for these models: 256 MiB in all.
+# f16, 2 KiB per token for these models: 256 MiB in all, as much again for tiny-moe's draft model
+# (measured: 290 MiB for the tiny-dense server, 569 MiB for tiny-moe's).
 PARALLEL = 8
 CONTEXT = PARALLEL * tiny_models.MAX_MODEL_LEN
 DRAFT_TOKENS = 3  # as many as the vLLM test bed's n-gram speculation proposes
@@ -258,15 +258,17 @@ SPECULATIVE: dict[str, list[str]] = {"tiny-moe": ["--spec-type", "draft-simple",
 
 def server_command(name: str, port: int, binary: Path, *, prompt_cache: bool = False,
                    extra_args: Sequence[str] = ()) -> list[str]:
-    """llama-server for one test-bed model; later arguments win, so `extra_args` can change any of these.
+    """llama-server for one test-bed model; a later option wins, so `extra_args` can change any of these
+    (except --spec-type, whose values add up).
 
     - one compute thread (`-t 1`): llama.cpp's threads spin while they wait, and on a small machine
       two of them starve the HTTP thread and the measuring client; the vLLM test bed computes on one
       thread for the same reason;
-    - `--cache-ram 0` unless `prompt_cache`: llama-server's default host-memory prompt cache saves the
-      previous prompt before every new request, a stall of tens to hundreds of milliseconds in front
-      of each prefill (log lines `selected slot by LRU` ... `processing task`); `prompt_cache=True`
-      starts it with that default, to show the stall;
+    - `--cache-ram 0` unless `prompt_cache`: with llama-server's default host-memory prompt cache, a
+      request that takes a slot still holding another prompt waits while that prompt is saved (log
+      lines `selected slot by LRU` ... `processing task`; at -lv 4 also `prompt cache update took N ms`):
+      61 to 507 ms per request for a 4B model on an H200, about 2 ms for a 1,500-token prompt of these
+      tiny models, once all 8 slots have been used. `prompt_cache=True` keeps the default, to show it;
     - `--metrics` for the `llamacpp:` counters, and log lines stamped with the time since the start
       (`--log-prefix --log-timestamps`), which the start-up log's stages are read from;
     - tiny-moe speculates with its Q4_0 copy as the draft model (`--model-draft`, DRAFT_TOKENS per step).

@@ -6,11 +6,11 @@ Which binary runs, the first that exists:
   3. `llama-server` on PATH (your own build or package: nothing is built);
   4. the pinned build in the per-user cache, beside the test bed's checkpoints, built once by
      `python -m sparknb.serving.llama_server build` (or by `sparknb serve ... --engine llama.cpp`).
-The record of a run names the binary and where it came from, so a number can be traced to its server.
+A test-bed Target records the binary and where it came from (Target.describe), so a number can be traced to its server.
 
 The pinned source is the llama.cpp vendored in the llama-cpp-python sdist on PyPI (SOURCE): Debian has no
 llama.cpp package, and a pinned sdist is a source that cannot move under us (its sha256 is checked).
-Only llama-server and llama-bench are built (static, no curl, no bundled web UI), for this machine's
+Only llama-server and llama-bench are built (static, no curl, no web UI fetched from the network), for this machine's
 CPU (GGML_NATIVE, so the CPU model is part of the cache key). A lock file keeps two builders of one
 version from colliding; every step has a time limit and fails with a message that names the fix.
 The source tree is removed once the binaries are in place (it is 176 MB, and never part of a project).

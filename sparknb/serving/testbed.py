@@ -67,7 +67,8 @@ def serve_forever(name: str, port: int, api_key: str | None = None, engine: str 
 
     With llama.cpp and no llama-server anywhere, the pinned one is built first (minutes, once).
     """
-    binary = llama_server.ensure(log=lambda m: print(m, flush=True)).path if engine == "llama.cpp" else None
+    if engine == "llama.cpp":
+        llama_server.ensure(log=lambda m: print(m, flush=True))  # found again by start(), with where it came from
     stop_requested = threading.Event()
 
     def _request_stop(signum: int, frame: object) -> None:
@@ -75,7 +76,7 @@ def serve_forever(name: str, port: int, api_key: str | None = None, engine: str 
 
     previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with start(name, port, engine=engine, api_key=api_key, binary=binary) as server:
+        with start(name, port, engine=engine, api_key=api_key) as server:
             print(f"{name} ({engine}) listens on {server.url} (pid {server.pid}, log {server.log_path}); "
                   f"press Ctrl-C or send SIGTERM to {os.getpid()} to stop it", flush=True)
             while not stop_requested.wait(1.0):
