@@ -227,8 +227,10 @@ def _failures(failed: list[dict]) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sparknb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p_serve = sub.add_parser("serve", help="start a tiny test-bed model on the real vLLM CPU server")
+    p_serve = sub.add_parser("serve", help="start a tiny test-bed model on the real vLLM CPU server or llama-server")
     p_serve.add_argument("name", choices=["tiny-dense", "tiny-moe"])
+    p_serve.add_argument("--engine", choices=["vllm", "llama.cpp"], default="vllm",
+                         help="vLLM's CPU build (default), or llama.cpp's llama-server (built once if none is found)")
     p_run = sub.add_parser("run", help="execute a notebook into a new sealed run folder")
     p_run.add_argument("notebook", help="decode, ... or a path to a notebook")
     p_run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
@@ -251,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             from .serving import testbed
 
-            model = load_model(args.name)
-            testbed.serve_forever(args.name, urlsplit(model.endpoint).port, api_key=model.api_key())
+            model = load_model(args.name if args.engine == "vllm" else f"{args.name}-llamacpp")
+            testbed.serve_forever(args.name, urlsplit(model.endpoint).port, api_key=model.api_key(),
+                                  engine=args.engine)
         elif args.command == "run":
             folder = run_notebook(args.notebook, parse_parameters(args.parameter, args.parameters_file), args.outputs)
             print(f"sealed run: {folder}\nreport: {folder / 'report.html'}")

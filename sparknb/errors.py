@@ -64,3 +64,7 @@ class StudyError(SparknbError, RuntimeError):
 
 class SandboxError(SparknbError, RuntimeError):
     """Model-written code cannot be run with the isolation asked for; nothing was run."""
+
+
+class BuildError(SparknbError, RuntimeError):
+    """A tool sparknb builds for itself (the test bed's llama-server) is missing and could not be built."""

@@ -55,6 +55,8 @@ class Lifecycle(Strict):
     """
 
     testbed: Literal["tiny-dense", "tiny-moe"] | None = None
+    engine: Literal["vllm", "llama.cpp"] | None = Field(None, description=(
+        "for `testbed`: the server it starts, vLLM's CPU build (the default) or llama.cpp's llama-server"))
     start: str | None = Field(None, min_length=1, description=(
         "command template run without a shell, in its own process group; placeholders: "
         + ", ".join("{" + p + "}" for p in TEMPLATE_FIELDS) + ". The API key goes through the "
@@ -79,6 +81,11 @@ class Lifecycle(Strict):
         if len(ways) > 1:
             raise ValueError(f"choose one of testbed, start and sidecar, not {' and '.join(ways)}: a sidecar "
                              "(llama-swap) starts models itself, a test-bed model has its own command")
+        if self.engine and not self.testbed:
+            raise ValueError("engine chooses the test bed's server; with a start command or a sidecar, the "
+                             "command you give is the server (drop engine)")
+        if self.engine == "llama.cpp" and self.compile_cache:
+            raise ValueError("llama-server compiles nothing: drop compile_cache from a llama.cpp test-bed model")
         if self.stop and not self.start:
             raise ValueError("stop needs a start command; the test bed and a sidecar stop their own models")
         for name in ("start", "stop", "ready_url", "log", "compile_cache"):

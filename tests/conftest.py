@@ -1,20 +1,23 @@
-"""Session fixtures: the two tiny models, served by the real vLLM CPU server on 127.0.0.1.
+"""Session fixtures: the two tiny models, served by the real vLLM CPU server on 127.0.0.1, and by llama.cpp's llama-server.
 
 Each server is started only if some collected test asks for it, one after the other, since two
 first compiles at once can race in vLLM's compile cache. A broken vLLM makes the fixture fail.
 Without vLLM installed at all, the unit tests still run and every server test is skipped, saying
-why, unless SPARKNB_REQUIRE_SERVERS=1 (as in CI): then the server tests fail instead.
+why, unless SPARKNB_REQUIRE_SERVERS=1 (as in CI): then the server tests fail instead. The same holds
+for the llama.cpp fixtures (tiny_dense_llama, tiny_moe_llama) without a llama-server binary.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from sparknb.serving import testbed
+from sparknb.serving import llama_server, testbed
 
 # Not a secret: it only guards the throw-away test server from the test that checks the guard.
 TEST_API_KEY = "sk-sparknb-test-3f9c2a7e51d04b86"
@@ -25,13 +28,21 @@ SERVERS = {
     "tiny-dense": ("tiny_dense", 8101, TEST_API_KEY),
     "tiny-moe": ("tiny_moe", 8102, None),
 }
-SERVER_FIXTURES = {"_testbed_servers", *(fixture for fixture, _, _ in SERVERS.values())}
+# The same two models on llama.cpp's llama-server: name -> (fixture name, preferred port, api key)
+LLAMA_SERVERS = {
+    "tiny-dense": ("tiny_dense_llama", 8121, TEST_API_KEY),
+    "tiny-moe": ("tiny_moe_llama", 8122, None),
+}
+LLAMA_FIXTURES = {"_llamacpp_servers", *(fixture for fixture, _, _ in LLAMA_SERVERS.values())}
+SERVER_FIXTURES = {"_testbed_servers", *(fixture for fixture, _, _ in SERVERS.values()), *LLAMA_FIXTURES}
 NO_VLLM = "vLLM is not installed: pip install -e '.[demo]' to run the server tests"
 NO_DEMO = "vLLM is not installed: pip install -e '.[demo]' to run the tests that build the tiny models"
+NO_GGUF = "gguf or transformers is not installed: pip install -e '.[demo]' to run the llama.cpp server tests"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "demo: needs the demo extra (vLLM, transformers) but starts no server")
+    config.addinivalue_line("markers", "llamacpp: starts llama-server itself (without the llama.cpp fixtures)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -44,9 +55,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Before any fixture starts a server: without vLLM, skip (or, where servers are required, fail)."""
-    needs = NO_VLLM if item.get_closest_marker("server") else NO_DEMO if item.get_closest_marker("demo") else None
-    if needs and importlib.util.find_spec("vllm") is None:
+    """Before any fixture starts a server: without vLLM (or llama-server), skip, or where servers are required, fail."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    llama = bool(fixtures & LLAMA_FIXTURES) or item.get_closest_marker("llamacpp") is not None
+    only_llama = llama and not fixtures & (SERVER_FIXTURES - LLAMA_FIXTURES)
+    needs = None
+    if llama:
+        if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("transformers") is None:
+            needs = NO_GGUF
+        elif llama_server.find() is None:
+            needs = llama_server.missing_reason()
+    if needs is None and not only_llama:
+        vllm = NO_VLLM if item.get_closest_marker("server") else NO_DEMO if item.get_closest_marker("demo") else None
+        needs = vllm if vllm and importlib.util.find_spec("vllm") is None else None
+    if needs:
         if os.environ.get("SPARKNB_REQUIRE_SERVERS") == "1":
             pytest.fail(f"{needs} (SPARKNB_REQUIRE_SERVERS=1 requires them)", pytrace=False)
         pytest.skip(needs)
@@ -64,39 +86,52 @@ def _own_run_lock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ["SPARKNB_LOCK_FILE"] = previous
 
 
-@pytest.fixture(scope="session")
-def _testbed_servers(request: pytest.FixtureRequest,
-                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """Start every server that some collected test needs, and stop them at the end."""
+@contextlib.contextmanager
+def _wanted_servers(request: pytest.FixtureRequest, logs: Path, table: dict, **options) -> Iterator[dict]:
+    """Start every server of `table` that some collected test needs, and stop them at the end."""
     wanted = {fixture for item in request.session.items for fixture in item.fixturenames}
-    logs = tmp_path_factory.mktemp("testbed-logs")
     launched: dict[str, testbed.Server] = {}
     try:
-        for name, (fixture, port, key) in SERVERS.items():
+        for name, (fixture, port, key) in table.items():
             if fixture in wanted:
                 port = testbed.pick_port(port)
                 # One after the other: two first compiles at once can race in vLLM's compile cache.
-                launched[name] = testbed.start(name, port, api_key=key, log_path=logs / f"{name}-{port}.log")
+                launched[name] = testbed.start(name, port, api_key=key, log_path=logs / f"{name}-{port}.log",
+                                               **options)
         yield launched
     finally:
         for server in launched.values():
             server.stop()
 
 
-def _ready(servers: dict, name: str) -> testbed.Server:
+def _ready(servers: dict, name: str, table: dict, **options) -> testbed.Server:
     if name not in servers:  # requested dynamically (getfixturevalue) and so not seen at collection
-        fixture, port, key = SERVERS[name]
-        servers[name] = testbed.launch(name, testbed.pick_port(port), api_key=key)
-    return servers[name].wait_ready(timeout=900)
+        fixture, port, key = table[name]
+        servers[name] = testbed.launch(name, testbed.pick_port(port), api_key=key, **options)
+    return servers[name].wait_ready()
 
 
 @pytest.fixture(scope="session")
-def tiny_dense(_testbed_servers: dict) -> Iterator[testbed.Server]:
-    """tiny-dense behind an API key; the key is also in $SPARKNB_API_KEY, as its params say."""
+def _testbed_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    with _wanted_servers(request, tmp_path_factory.mktemp("testbed-logs"), SERVERS) as launched:
+        yield launched
+
+
+@pytest.fixture(scope="session")
+def _llamacpp_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The llama-servers some collected test needs: a second each."""
+    with _wanted_servers(request, tmp_path_factory.mktemp("llamacpp-logs"), LLAMA_SERVERS, engine="llama.cpp",
+                         timeout=120) as launched:
+        yield launched
+
+
+@contextlib.contextmanager
+def _test_key_in_environment() -> Iterator[None]:
+    """The test key in $SPARKNB_API_KEY, where the dense models' params look for it; the old value after."""
     previous = os.environ.get(API_KEY_ENV)
     os.environ[API_KEY_ENV] = TEST_API_KEY
     try:
-        yield _ready(_testbed_servers, "tiny-dense")
+        yield
     finally:
         if previous is None:
             os.environ.pop(API_KEY_ENV, None)
@@ -105,9 +140,29 @@ def tiny_dense(_testbed_servers: dict) -> Iterator[testbed.Server]:
 
 
 @pytest.fixture(scope="session")
+def tiny_dense(_testbed_servers: dict) -> Iterator[testbed.Server]:
+    """tiny-dense behind an API key; the key is also in $SPARKNB_API_KEY, as its params say."""
+    with _test_key_in_environment():
+        yield _ready(_testbed_servers, "tiny-dense", SERVERS)
+
+
+@pytest.fixture(scope="session")
 def tiny_moe(_testbed_servers: dict) -> testbed.Server:
     """tiny-moe with n-gram speculative decoding, no API key."""
-    return _ready(_testbed_servers, "tiny-moe")
+    return _ready(_testbed_servers, "tiny-moe", SERVERS)
+
+
+@pytest.fixture(scope="session")
+def tiny_dense_llama(_llamacpp_servers: dict) -> Iterator[testbed.Server]:
+    """tiny-dense on llama-server, behind the same API key as tiny_dense (also in $SPARKNB_API_KEY)."""
+    with _test_key_in_environment():
+        yield _ready(_llamacpp_servers, "tiny-dense", LLAMA_SERVERS, engine="llama.cpp", timeout=120)
+
+
+@pytest.fixture(scope="session")
+def tiny_moe_llama(_llamacpp_servers: dict) -> testbed.Server:
+    """tiny-moe on llama-server, speculating with its own Q4_0 copy as the draft model (--model-draft), no API key."""
+    return _ready(_llamacpp_servers, "tiny-moe", LLAMA_SERVERS, engine="llama.cpp", timeout=120)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support import free_port, model_yaml
 
-from sparknb.errors import LifecycleError, ParamsError, PortInUseError, ServerError
+from sparknb.errors import BuildError, LifecycleError, ParamsError, PortInUseError, ServerError
 from sparknb.params import load_model
 from sparknb.serving import lifecycle, targets
 from sparknb.serving.processes import group_alive, group_members
@@ -51,6 +51,9 @@ def http_server(folder: Path) -> str:
     ({"start": "vllm serve m --port {prot}"}, "unknown placeholder"),
     ({"start": "x", "env": {"HF_TOKEN": "hf_abc"}}, "secrets do not belong"),
     ({"stop": "docker stop m"}, "stop needs a start command"),
+    ({"start": "llama-server -m x.gguf --port {port}", "engine": "llama.cpp"}, "engine chooses the test bed's server"),
+    ({"testbed": "tiny-dense", "engine": "llama.cpp", "compile_cache": "/tmp/x"}, "llama-server compiles nothing"),
+    ({"testbed": "tiny-dense", "engine": "sglang"}, "engine"),
 ])
 def test_a_bad_lifecycle_fails_on_loading_with_the_fix(tmp_path, block, message):
     with pytest.raises(ParamsError) as e:
@@ -76,9 +79,30 @@ def test_a_testbed_model_gets_a_free_port_not_its_usual_one_and_its_own_compile_
     assert target.env["VLLM_CACHE_ROOT"] == str(target.compile_cache) and target.compile_cache.name == "tiny-moe"
 
 
+def test_a_llamacpp_testbed_model_is_llama_server_on_a_free_port_ready_at_health(monkeypatch, tmp_path):
+    usual = load_model("tiny-dense-llamacpp")
+    assert usual.lifecycle.mode == "testbed" and usual.lifecycle.engine == "llama.cpp"
+    fake = tmp_path / "bin" / "llama-server"  # found first, through the variable; never run here
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("SPARKNB_LLAMA_SERVER", str(fake))
+    target = targets.resolve(usual)
+    port = target.endpoint.rsplit(":", 1)[1].split("/")[0]
+    assert target.endpoint != usual.endpoint and target.start[0] == str(fake)
+    assert target.start[target.start.index("--port") + 1] == port and target.ready_url.endswith(f"{port}/health")
+    assert target.start[target.start.index("--alias") + 1] == usual.served_model_name
+    assert "--cache-ram" in target.start and target.compile_cache is None and target.engine == "llama.cpp"
+    assert target.describe()["binary"] == f"{fake} (SPARKNB_LLAMA_SERVER)"
+    monkeypatch.setenv("SPARKNB_LLAMA_SERVER", str(tmp_path / "missing"))
+    with pytest.raises(BuildError, match="not an executable file"):
+        targets.resolve(usual)
+
+
 def test_templates_are_filled_without_a_shell_and_the_key_goes_through_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("LIFECYCLE_TEST_KEY", KEY)
-    check = "import os; print('same key:', os.environ['VLLM_API_KEY'] == os.environ['LIFECYCLE_TEST_KEY'])"
+    check = ("import os; print('same key:', os.environ['VLLM_API_KEY'] == os.environ['LIFECYCLE_TEST_KEY'] "
+             "== os.environ['LLAMA_API_KEY'])")  # where vLLM and llama-server read it
     path = model_yaml(tmp_path, "m", {"start": f'{{python}} -c "{check}" {{model}}',
                                       "compile_cache": str(tmp_path / "cc"), "ready_timeout_s": 5},
                       api_key_env="LIFECYCLE_TEST_KEY")

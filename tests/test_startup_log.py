@@ -125,3 +125,58 @@ def test_a_log_with_no_vllm_lines_names_no_stage_and_says_so():
     s = startup_log.parse("Traceback (most recent call last):\nValueError: boom\n", launched_at=time.time(), ready_s=None)
     assert all(v is None for v in s.stages.values()) and s.compile_cache == startup_log.UNKNOWN
     assert any("no time-stamped" in n for n in s.notes)
+
+
+# --- llama.cpp's llama-server (real logs of the pinned CPU build: tests/data/startup-llamacpp-*) --------------
+
+
+def test_llama_servers_start_with_a_draft_model_at_its_default_verbosity():
+    text, meta = _fixture("startup-llamacpp-tiny-moe-default")
+    s = startup_log.parse(text, launched_at=meta["launched_at"], ready_s=meta["ready_s"], observed_s=meta["first_answer_s"])
+    assert tuple(s.stages) == startup_log.llama_log.STAGES
+    assert s.stages["process start"] == pytest.approx(0.001744, abs=1e-6)  # the logger's clock, from the launch
+    assert s.stages["model load"] == pytest.approx(0.309417 - 0.001744, abs=1e-6)  # until the threadpool line
+    assert s.stages["warm-up"] == pytest.approx(0.326541 - 0.309417, abs=1e-6)  # until the draft starts loading
+    assert s.stages["draft model"] == pytest.approx(0.532277 - 0.326541, abs=1e-6)  # until the slots are set up
+    assert s.stages["API ready"] == pytest.approx(meta["ready_s"] - 0.532277, abs=1e-6)
+    assert sum(s.stages.values()) == pytest.approx(meta["ready_s"], abs=1e-6)
+    assert s.compile_cache == startup_log.NO_COMPILE and s.errors == [] and s.notes == []
+    assert s.engine == {"name": "llama.cpp", "model": "~/.cache/sparknb/testbed/gguf/tiny-moe-7bc1caff15ba-w3-g0.19.0.gguf",
+                        "draft model": "~/.cache/sparknb/testbed/gguf/tiny-moe-7bc1caff15ba-w3-g0.19.0-q4_0.gguf",
+                        "listening on": "http://127.0.0.1:8122"}
+    assert s.reported == {"slots": 8, "context per slot": 16384}
+
+
+def test_llama_servers_verbose_start_gives_its_build_file_type_and_memory_and_no_draft_stage():
+    text, meta = _fixture("startup-llamacpp-tiny-dense-lv4")
+    s = startup_log.parse(text, launched_at=meta["launched_at"], ready_s=meta["ready_s"], observed_s=meta["first_answer_s"])
+    assert s.stages["draft model"] is None and s.notes == []  # no draft is no gap
+    assert s.stages["warm-up"] == pytest.approx(0.321780 - 0.283154, abs=1e-6)
+    assert [e.name for e in s.events if e.name in ("threadpool", "warmup_start", "slots")] == [
+        "threadpool", "warmup_start", "slots"]
+    assert s.engine["version"] == "build 1 (0c1e570)" and s.engine["file type"] == "BF16"
+    assert s.reported["KV cache MiB"] == 256 and s.reported["model buffers MiB"] == 10.01
+    assert s.reported["compute buffers MiB"] == 22.51 and s.reported["fit to memory s"] == 0.01
+
+
+def test_a_llama_server_log_without_timestamps_names_the_engine_but_no_stage():
+    text, meta = _fixture("startup-llamacpp-tiny-moe-default")
+    bare = "\n".join(line.split(" ", 2)[2] if line[:1].isdigit() else line for line in text.splitlines())
+    assert "llama_server: model loaded" in bare and "0.00." not in bare
+    s = startup_log.parse(bare, launched_at=meta["launched_at"], ready_s=meta["ready_s"])
+    assert all(v is None for v in s.stages.values()) and s.engine["name"] == "llama.cpp"
+    assert any("--log-prefix --log-timestamps" in n for n in s.notes)
+    assert s.reported["slots"] == 8
+
+
+def test_a_llama_server_that_could_not_load_its_model_says_why():
+    text = """0.00.005.906 I srv  llama_server: initializing ...
+0.00.017.389 I srv    load_model: loading model '/m/tiny-dense.gguf'
+0.00.024.501 E llama_model_load: error loading model: error loading model vocabulary: unknown pre-tokenizer type: 'gpt2'
+0.00.037.330 E srv    load_model: failed to load model, '/m/tiny-dense.gguf'
+0.00.038.535 E srv  llama_server: exiting due to model loading error
+"""
+    s = startup_log.parse(text, launched_at=time.time(), ready_s=None)
+    assert "unknown pre-tokenizer type: 'gpt2'" in s.errors[0] and len(s.errors) == 3
+    assert s.stages["model load"] is None and s.stages["API ready"] is None
+    assert any("never answered its ready URL" in n for n in s.notes)

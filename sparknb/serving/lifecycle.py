@@ -31,6 +31,8 @@ ENGINE_FAILED = ("Engine core initialization failed", "Worker failed with error"
 BROKEN_CACHE = ("file too short", "InductorError", "Compile cache file corrupted")
 # vLLM hangs on SIGTERM while it is still starting, so a server that never got ready gets only this long.
 STARTING_GRACE_S = 5.0
+# Where each server reads its API key from its environment: vLLM, then llama.cpp's llama-server.
+API_KEY_VARIABLES = ("VLLM_API_KEY", "LLAMA_API_KEY")
 STOP_TIMEOUT_S = 60.0
 POLL_S = 0.25
 ANSWER_TOKENS = 4
@@ -237,9 +239,10 @@ def launch(target: Target, capture: Path) -> Server:
                              "pick another port (in the model's endpoint and start command).")
     offset = target.log.stat().st_size if target.log and target.log.exists() else 0
     env = dict(os.environ) | target.env
-    env.pop("VLLM_API_KEY", None)
-    if target.api_key is not None:
-        env["VLLM_API_KEY"] = target.api_key  # the environment only: every user can read a command line
+    for variable in API_KEY_VARIABLES:
+        env.pop(variable, None)
+        if target.api_key is not None:
+            env[variable] = target.api_key  # the environment only: every user can read a command line
     capture.parent.mkdir(parents=True, exist_ok=True)
     launched_at = time.time()
     try:

@@ -1,5 +1,8 @@
 """The server's own start-up log, read into stages: where the minutes of a model swap go.
 
+A llama-server log is recognised by its own lines and read by llama_log (its stages are
+llama_log.STAGES; llama-server compiles nothing). What follows is about vLLM's.
+
 vLLM stamps its lines with month, day and whole seconds only, in the server's local time, and
 says how long some steps took ("Loading weights took 0.09 seconds", "init engine ... took 31.22 s").
 So the clock here is the wall time at which we launched the process; each line is placed at the middle
@@ -12,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+
+from . import llama_log
 
 # The stages of a start, in order; the first six from the log, the last from our own clock.
 STAGES = ("process start", "engine start", "weight loading", "compilation", "profiling and KV cache",
@@ -68,7 +73,7 @@ _COMPILED = ("compile_start", "aot_saved", "compile_total", "graph_compiled", "d
 @dataclass
 class Event:
     name: str
-    t_s: float  # seconds after launch, middle of the logged second
+    t_s: float | None  # seconds after launch (vLLM: the middle of the logged second); None: the line has no time
     figures: tuple[float, ...]
     line: str
 
@@ -108,6 +113,12 @@ def parse(text: str, *, launched_at: float, ready_s: float | None = None,
     before the launch) can only come from a clock in another time zone, and is moved by whole
     quarter hours.
     """
+    if llama_log.is_llama_server(text):
+        fields = llama_log.read(text, ready_s)
+        return Startup(stages=fields["stages"], reported=fields["reported"], compile_cache=NO_COMPILE,
+                       compile_cache_evidence="llama-server compiles nothing: ggml's kernels are built in",
+                       engine=fields["engine"], events=[Event(**e) for e in fields["events"]],
+                       errors=fields["errors"], notes=fields["notes"])
     anchor = datetime.fromtimestamp(launched_at)
     raw: list[tuple[float, bool, str, str]] = []  # (t, has_fraction, level, message)
     for line in text.splitlines():

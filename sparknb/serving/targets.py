@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import tiny_models
+from . import gguf_models, llama_server, tiny_models
 from .processes import HOST, free_port
-from ..errors import LifecycleError
+from ..errors import BuildError, LifecycleError
 from ..params import ModelParams
 
 
@@ -35,6 +35,8 @@ class Target:
     compile_cache: Path | None = None
     env: dict[str, str] = field(default_factory=dict)  # only what is set on top of ours, for the record
     api_key: str | None = field(default=None, repr=False)
+    engine: str | None = None  # the server family where it is known: vllm or llama.cpp for the test bed
+    binary: str | None = None  # llama-server: which binary, and where it came from (see llama_server)
 
     def describe(self) -> dict:
         """For the record: the command lines and URLs, without the key."""
@@ -42,22 +44,37 @@ class Target:
                 "ready_timeout_s": self.ready_timeout_s, "start": list(self.start), "stop": list(self.stop),
                 "log": str(self.log) if self.log else None,
                 "compile_cache": str(self.compile_cache) if self.compile_cache else None,
-                "env": dict(self.env), "api_key_set": self.api_key is not None}
+                "env": dict(self.env), "api_key_set": self.api_key is not None, "engine": self.engine,
+                "binary": self.binary}
 
 
-def testbed_target(name: str, port: int, *, api_key: str | None = None, ready_timeout_s: float = 900,
-                   extra_args: tuple[str, ...] = (), cpus: str | None = None, compile_cache: Path | None = None,
-                   env: dict[str, str] | None = None) -> Target:
-    """A tiny test-bed model on this machine: the test bed's own command, environment and compile cache.
+def testbed_target(name: str, port: int, *, engine: str = "vllm", api_key: str | None = None,
+                   ready_timeout_s: float = 900, extra_args: tuple[str, ...] = (), cpus: str | None = None,
+                   compile_cache: Path | None = None, env: dict[str, str] | None = None, prompt_cache: bool = False,
+                   binary: str | os.PathLike | None = None) -> Target:
+    """A tiny test-bed model on this machine, served by vLLM's CPU build or by llama.cpp's llama-server.
 
-    Each model has a compile cache of its own, so no two servers write the same files.
+    vLLM: each model has a compile cache of its own, so no two servers write the same files.
+    llama.cpp: the model's GGUF form; ready when /health answers 200 (503 while it loads); the
+    binary by llama_server's precedence (`binary`, $SPARKNB_LLAMA_SERVER, PATH, the pinned build).
+    `prompt_cache` keeps llama-server's default host-memory prompt cache on (see gguf_models).
     """
     endpoint = f"http://{HOST}:{port}/v1"
+    if engine == "llama.cpp":
+        found = llama_server.find(binary)
+        if found is None:
+            raise BuildError(llama_server.missing_reason())
+        start = gguf_models.server_command(name, port, found.path, prompt_cache=prompt_cache, extra_args=extra_args)
+        return Target(name=name, served_model_name=name, mode="testbed", endpoint=endpoint,
+                      ready_url=f"http://{HOST}:{port}/health", ready_timeout_s=ready_timeout_s, start=tuple(start),
+                      env=dict(env or {}), api_key=api_key, engine=engine, binary=f"{found.path} ({found.origin})")
+    if engine != "vllm":
+        raise LifecycleError(f"unknown test-bed engine {engine!r}; choose vllm or llama.cpp")
     cache = compile_cache or tiny_models.compile_cache(name)
     return Target(name=name, served_model_name=name, mode="testbed", endpoint=endpoint, ready_url=f"{endpoint}/models",
                   ready_timeout_s=ready_timeout_s, start=tuple(tiny_models.server_command(name, port, extra_args)),
                   compile_cache=cache, env=_with_defaults({**(env or {}), **tiny_models.server_env(cpus)}, cache),
-                  api_key=api_key)
+                  api_key=api_key, engine=engine)
 
 
 def resolve(model: ModelParams) -> Target:
@@ -70,8 +87,8 @@ def resolve(model: ModelParams) -> Target:
             "`lifecycle: {sidecar: true}` (a proxy such as llama-swap that swaps on request).")
     compile_cache = Path(os.path.expanduser(lc.compile_cache)) if lc.compile_cache else None
     if lc.mode == "testbed":  # not the usual port: test servers of other sessions like to sit there
-        return testbed_target(lc.testbed, free_port(), api_key=model.api_key(), ready_timeout_s=lc.ready_timeout_s,
-                              compile_cache=compile_cache, env=dict(lc.env))
+        return testbed_target(lc.testbed, free_port(), engine=lc.engine or "vllm", api_key=model.api_key(),
+                              ready_timeout_s=lc.ready_timeout_s, compile_cache=compile_cache, env=dict(lc.env))
     parts = urlsplit(model.endpoint)
     host, port = parts.hostname or HOST, parts.port or (443 if parts.scheme == "https" else 80)
     endpoint = model.endpoint.rstrip("/")

@@ -1,8 +1,9 @@
-"""A real test bed: the two tiny random-weight models, each served by the real vLLM CPU server on 127.0.0.1.
+"""A real test bed: the two tiny random-weight models, served on 127.0.0.1 by the real vLLM CPU server
+or by llama.cpp's llama-server.
 
-Serving one is launching its Target (tiny_models has the command and environment) as a
-lifecycle.Server, like any other model; what is the test bed's own is the log folder, the one
-retry over a broken compile cache, and `sparknb serve` in the foreground.
+Serving one is launching its Target (tiny_models has vLLM's command and environment, gguf_models
+llama-server's) as a lifecycle.Server, like any other model; what is the test bed's own is the log
+folder, the one retry over a broken vLLM compile cache, and `sparknb serve` in the foreground.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from . import lifecycle
+from . import lifecycle, llama_server
 from .lifecycle import Server
 from .processes import HOST, pick_port
 from .targets import testbed_target
@@ -26,36 +27,48 @@ __all__ = ["HOST", "NAMES", "Server", "checkpoint", "launch", "parameter_counts"
            "start"]
 
 
-def launch(name: str, port: int, *, api_key: str | None = None, log_path: Path | None = None,
-           extra_args: Sequence[str] = (), cpus: str | None = None, timeout: float = 900) -> Server:
-    """Start without waiting, so several servers can compile side by side; see Server.wait_ready."""
+def launch(name: str, port: int, *, engine: str = "vllm", api_key: str | None = None, log_path: Path | None = None,
+           extra_args: Sequence[str] = (), cpus: str | None = None, timeout: float = 900, prompt_cache: bool = False,
+           binary: str | os.PathLike | None = None) -> Server:
+    """Start without waiting, so several servers can compile side by side; see Server.wait_ready.
+
+    `engine` is vllm or llama.cpp; `prompt_cache` and `binary` are llama.cpp's (see targets.testbed_target).
+    """
     if log_path is None:
-        log_path = cache_root() / "logs" / f"{name}-{port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    target = testbed_target(name, port, api_key=api_key, ready_timeout_s=timeout, extra_args=tuple(extra_args),
-                            cpus=cpus)
+        tag = "" if engine == "vllm" else "-llamacpp"
+        log_path = cache_root() / "logs" / f"{name}{tag}-{port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    target = testbed_target(name, port, engine=engine, api_key=api_key, ready_timeout_s=timeout,
+                            extra_args=tuple(extra_args), cpus=cpus, prompt_cache=prompt_cache, binary=binary)
     return lifecycle.launch(target, Path(log_path))
 
 
-def start(name: str, port: int, *, api_key: str | None = None, log_path: Path | None = None,
-          timeout: float = 900, extra_args: Sequence[str] = (), cpus: str | None = None) -> Server:
-    """Start and wait until it serves; the first start takes minutes (torch.compile).
+def start(name: str, port: int, *, engine: str = "vllm", api_key: str | None = None, log_path: Path | None = None,
+          timeout: float = 900, extra_args: Sequence[str] = (), cpus: str | None = None, prompt_cache: bool = False,
+          binary: str | os.PathLike | None = None) -> Server:
+    """Start and wait until it serves; a first vLLM start takes minutes (torch.compile), llama-server seconds.
 
-    If the model's compile cache turns out broken, it is cleared and the start tried once more.
+    If a vLLM model's compile cache turns out broken, it is cleared and the start tried once more.
     """
     for attempt in (1, 2):
-        server = launch(name, port, api_key=api_key, log_path=log_path, extra_args=extra_args, cpus=cpus,
-                        timeout=timeout)
+        server = launch(name, port, engine=engine, api_key=api_key, log_path=log_path, extra_args=extra_args,
+                        cpus=cpus, timeout=timeout, prompt_cache=prompt_cache, binary=binary)
         try:
             return server.wait_ready()
         except ServerError as e:
-            if attempt == 2 or not any(sign in str(e) + server.log_tail(400) for sign in lifecycle.BROKEN_CACHE):
+            if attempt == 2 or engine != "vllm" or not any(sign in str(e) + server.log_tail(400)
+                                                           for sign in lifecycle.BROKEN_CACHE):
                 raise
             shutil.rmtree(compile_cache(name), ignore_errors=True)
     raise AssertionError("unreachable")
 
 
-def serve_forever(name: str, port: int, api_key: str | None = None) -> None:
-    """For `sparknb serve NAME`: run one server in the foreground until Ctrl-C or SIGTERM."""
+def serve_forever(name: str, port: int, api_key: str | None = None, engine: str = "vllm") -> None:
+    """For `sparknb serve NAME [--engine llama.cpp]`: one server in the foreground until Ctrl-C or SIGTERM.
+
+    With llama.cpp and no llama-server anywhere, the pinned one is built first (minutes, once).
+    """
+    if engine == "llama.cpp":
+        llama_server.ensure(log=lambda m: print(m, flush=True))  # found again by start(), with where it came from
     stop_requested = threading.Event()
 
     def _request_stop(signum: int, frame: object) -> None:
@@ -63,8 +76,8 @@ def serve_forever(name: str, port: int, api_key: str | None = None) -> None:
 
     previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with start(name, port, api_key=api_key) as server:
-            print(f"{name} listens on {server.url} (pid {server.pid}, log {server.log_path}); "
+        with start(name, port, engine=engine, api_key=api_key) as server:
+            print(f"{name} ({engine}) listens on {server.url} (pid {server.pid}, log {server.log_path}); "
                   f"press Ctrl-C or send SIGTERM to {os.getpid()} to stop it", flush=True)
             while not stop_requested.wait(1.0):
                 if not server.running:
