@@ -16,8 +16,8 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
-    PlainValidator,
     Field,
+    PlainValidator,
     ValidationError,
     model_validator,
 )
@@ -238,6 +238,21 @@ class Plan(BaseModel):
     def settings(self) -> dict:
         """The parameters as params.json records them."""
         return self.model_dump(mode="json")
+
+
+class Sweep(Plan):
+    """A sweep's sampling, shared by decode and prefill: requests per setting fixed, or `auto` until the median's
+    95% interval is narrow enough (study.Schedule), in an order that spreads drift over every setting."""
+
+    warmup: int = Field(1, ge=0, description="requests per length left out of the figures, 0 or more")
+    repetitions: Repetitions = Field(
+        5, description="measured requests per length, 1 or more, or auto: until the median's 95% interval is "
+        "within +/- target_width, or max_repetitions")
+    target_width: float = Field(0.02, gt=0, lt=1, description="with repetitions auto: the relative half-width "
+                                "of the median's 95% interval to reach, e.g. 0.02 for +/-2%")
+    max_repetitions: int = Field(30, ge=6, description="with repetitions auto: the most requests per length")
+    order: Literal["shuffled", "grouped"] = Field("shuffled", description="shuffled (seeded) or grouped by length")
+    seed: int = 0
 
 
 def _problems(e: ValidationError, kind: type[BaseModel] | None = None) -> str:

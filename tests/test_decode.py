@@ -4,11 +4,10 @@ import json
 import types
 
 import httpx
-import pandas as pd
 import pytest
+from support import outputs_text, run_notebook
 
-from sparknb import bandwidth
-from sparknb import cli
+from sparknb import bandwidth, cli
 from sparknb.cli import CliError, main
 from sparknb.client import Endpoint, EndpointError
 from sparknb.errors import DataError, GuardError, ParamsError
@@ -17,7 +16,6 @@ from sparknb.prompts import PromptMaker
 from sparknb.run import read_records, verify
 from sparknb.studies import decode
 from sparknb.study import schedule, start
-from support import outputs_text, run_notebook
 
 SMALL = {"prompt_lengths": [64, 256], "output_tokens": 48, "warmup": 1, "repetitions": 2}
 
@@ -296,8 +294,9 @@ def test_a_server_killed_mid_sweep_leaves_a_sealed_run_marked_failed_halfway(tmp
     import signal
     import threading
 
-    from sparknb.serving import testbed
     from support import free_port
+
+    from sparknb.serving import testbed
 
     server = testbed.start("tiny-moe", free_port(), log_path=tmp_path / "server.log")
     outputs = tmp_path / "outputs" / "decode"

@@ -261,6 +261,24 @@ def test_samples_give_pass_at_k_by_the_unbiased_estimator(tmp_path):
     assert summary["pass_at_1"]["method"].startswith("unbiased estimator")
 
 
+def _interrupt_once_a_program_runs(deadline_s: float = 120.0) -> None:
+    """Ctrl-C to this process once a sandboxed program (running as nobody) has been alive a moment: on a busy
+    machine a fixed delay can fire before the first program starts, and then there is nothing to interrupt."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        for entry in os.listdir("/proc"):
+            try:
+                status = open(f"/proc/{entry}/status").read() if entry.isdigit() else ""
+            except OSError:
+                continue
+            if f"Uid:\t{sb.NOBODY}\t" in status:
+                time.sleep(0.5)
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGINT)  # none ever ran: the test then fails on what it finds, not by hanging
+
+
 def test_ctrl_c_while_programs_run_keeps_every_answer_graded_or_not_and_resume_asks_the_ungraded(tmp_path):
     ids = list(PROBLEMS)[:5]
     slow = {pid: attack("import time\ntime.sleep(100)", then=PROBLEMS[pid].canonical) for pid in ids}
@@ -269,7 +287,7 @@ def test_ctrl_c_while_programs_run_keeps_every_answer_graded_or_not_and_resume_a
         for handler, url in fake_coder(bodies=slow):
             work = work_on(problems=ids, concurrency=5, sandboxes=1, timeout_s=3.0)
             study = open_study(tmp_path, url, work)
-            threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # while the first program runs
+            threading.Thread(target=_interrupt_once_a_program_runs, daemon=True).start()
             with pytest.raises(KeyboardInterrupt):
                 h.ask(study, work, log=quiet)
     finally:

@@ -7,7 +7,7 @@ from typing import ClassVar
 from pydantic import Field, PrivateAttr, model_validator
 
 from ... import params
-from ...run import PastRun, read_past, read_records
+from ...run import PastRun, read_past
 from ...verdict import Runs
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar
 
 from pydantic import Field, PrivateAttr, model_validator
 
@@ -13,21 +13,12 @@ from ...run import PastRun, read_past
 from ...study import AUTO
 
 
-class Plan(params.Plan):
+class Plan(params.Sweep):
     study: ClassVar[str] = "decode"
     prompt_lengths: list[Annotated[int, Field(ge=16)]] = Field(
         min_length=1, description="prompt sizes in whole tokens, 16 or more, e.g. [111, 364]")
     output_tokens: int = Field(150, ge=2, description="decode speed needs two tokens or more")
-    warmup: int = Field(1, ge=0)
-    repetitions: params.Repetitions = Field(
-        5, description="measured requests per length, 1 or more, or auto: until the median's 95% interval is "
-        "within +/- target_width, or max_repetitions")
-    target_width: float = Field(0.02, gt=0, lt=1, description="with repetitions auto: the relative half-width "
-                                "of the median's 95% interval to reach, e.g. 0.02 for +/-2%")
-    max_repetitions: int = Field(30, ge=6, description="with repetitions auto: the most requests per length")
     temperature: float = Field(0.0, ge=0, le=2)
-    order: Literal["shuffled", "grouped"] = Field("shuffled", description="shuffled (seeded) or grouped by length")
-    seed: int = 0
     compare_with: params.RunIds = Field(default_factory=list, description="earlier decode runs: folders or run ids")
     outputs: str = Field("", exclude=True)
     _past: list[PastRun] = PrivateAttr(default_factory=list)

@@ -12,7 +12,6 @@ import pandas as pd
 
 from ... import stats
 from ...errors import DataError
-from ...run import PastRun
 from ..mmlu_pro.compare import BatchSpeed, batch_speed
 from ..mmlu_pro.measure import Batch
 from .grading import Traps, frame, traps

@@ -92,7 +92,7 @@ def _about_samples(table: pd.DataFrame, stopped: dict[int, str]) -> list[Finding
     notes = []
     few = table[table["n"] < MIN_SAMPLES]
     if len(few):
-        notes.append(warning(f"Too few clean requests for an interval at "
+        notes.append(warning("Too few clean requests for an interval at "
                              + ", ".join(f"{n:,} tokens ({int(r['n'])})" for n, r in few.iterrows())
                              + f" ({MIN_SAMPLES} needed): their medians are shown, not settled.", tuple(few.index)))
     capped = [n for n, why in stopped.items() if why.startswith("stopped at the cap")]

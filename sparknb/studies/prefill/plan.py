@@ -6,7 +6,7 @@ length) is checked against it before the run lock is taken or a folder is made.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
@@ -21,22 +21,13 @@ NOTEBOOK = "prefill"
 DEFAULT_LENGTHS = (111, 364, 1024, 2048, 5378, 10714)
 
 
-class Plan(params.Plan):
+class Plan(params.Sweep):
     study: ClassVar[str] = NOTEBOOK
     prompt_lengths: list[Annotated[int, Field(ge=16)]] = Field(
         [], description="whole numbers of tokens, 16 or more, two lengths or more; empty for the standard "
         f"{list(DEFAULT_LENGTHS)}")
     output_tokens: int = Field(1, ge=1, description="answer length in tokens, 1 or more")
-    warmup: int = Field(1, ge=0, description="requests per length left out of the figures, 0 or more")
-    repetitions: params.Repetitions = Field(
-        5, description="measured requests per prompt length, 1 or more, or auto: until the median TTFT's 95% "
-        "interval is within +/- target_width, or max_repetitions")
-    target_width: float = Field(0.02, gt=0, lt=1, description="with repetitions auto: the relative half-width "
-                                "of the median's 95% interval to reach, e.g. 0.02 for +/-2%")
-    max_repetitions: int = Field(30, ge=6, description="with repetitions auto: the most requests per length")
     allow_cache_hits: bool = Field(False, description="true or false")
-    order: Literal["shuffled", "grouped"] = Field("shuffled", description="shuffled (seeded) or grouped by length")
-    seed: int = 0
     compare_with: params.RunIds = Field(
         [], description="run folders or run ids of earlier prefill runs")
     _past: list[PastRun] = PrivateAttr(default_factory=list)
