@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import cli
 from .client import Endpoint
 from .errors import ParamsError, RunError, SparknbError
+from .execute import parameter_problems, run_notebook
 from .params import CampaignParams, load_campaign, load_model, project_root
 from .redaction import redact
 from .report import duration
@@ -58,7 +58,7 @@ def plan(campaign: CampaignParams) -> list[Cell]:
         set_here = SET_BY_THE_CAMPAIGN if notebook not in ACROSS_MODELS else tuple(
             n for n in SET_BY_THE_CAMPAIGN if n != "models")
         problems += [f"studies.{notebook}.{p.replace('set by sparknb itself', 'set by the campaign itself')}"
-                     for p in cli.parameter_problems(path, given, set_here)]
+                     for p in parameter_problems(path, given, set_here)]
     if problems:
         raise ParamsError(f"Campaign {campaign.name!r} is invalid:\n  " + "\n  ".join(problems))
     cells = []
@@ -176,7 +176,7 @@ def _run_cell(cell: Cell, endpoint: str | None, record: Run, outputs: str | Path
     parameters = dict(cell.parameters) | ({"model": cell.model, "endpoint": endpoint} if cell.model else {})
     t0 = time.monotonic()
     try:
-        folder = cli.run_notebook(cell.notebook, parameters, outputs)
+        folder = run_notebook(cell.notebook, parameters, outputs)
     except SparknbError as e:
         seconds = time.monotonic() - t0
         record.record({"cell": cell.key, "status": "failed", "reason": str(e), "seconds": seconds})

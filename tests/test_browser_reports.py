@@ -18,7 +18,7 @@ import pytest
 
 from browser import (DECODED_IMAGES, TABLES_WITH_ROWS, chromium, decode_runs_of_both_tiny_models, images_not_blank,
                      open_page, single_colour)
-from sparknb.cli import run_notebook
+from sparknb.execute import run_notebook
 from sparknb.params import project_root
 from sparknb.report import write_html
 from sparknb.studies import mmlu_pro

@@ -7,10 +7,11 @@ import httpx
 import pytest
 from support import outputs_text, run_notebook
 
-from sparknb import bandwidth, cli
-from sparknb.cli import CliError, main
+from sparknb import bandwidth, execute
+from sparknb.cli import main
 from sparknb.client import Endpoint, EndpointError
 from sparknb.errors import DataError, GuardError, ParamsError
+from sparknb.execute import ExecuteError
 from sparknb.params import load_hardware, load_model
 from sparknb.prompts import PromptMaker
 from sparknb.run import read_records, verify
@@ -312,9 +313,10 @@ def test_a_server_killed_mid_sweep_leaves_a_sealed_run_marked_failed_halfway(tmp
     killer = threading.Thread(target=kill_after_three_records, daemon=True)
     killer.start()
     try:  # as a user runs it, so that the run gets its report
-        with pytest.raises(CliError, match="decode failed halfway"):
-            cli.run_notebook("decode", {"model": "tiny-moe", "endpoint": server.url, "prompt_lengths": [64, 128, 256],
-                                        "repetitions": 3, "warmup": 0, "output_tokens": 48}, tmp_path / "outputs")
+        with pytest.raises(ExecuteError, match="decode failed halfway"):
+            execute.run_notebook("decode", {"model": "tiny-moe", "endpoint": server.url,
+                                            "prompt_lengths": [64, 128, 256], "repetitions": 3, "warmup": 0,
+                                            "output_tokens": 48}, tmp_path / "outputs")
     finally:
         killer.join(timeout=5)
         server.stop()
