@@ -1,9 +1,10 @@
-"""A campaign: every study on every model of one comparison, on one box, from one file and one command.
+"""A campaign: every study on every model of one comparison, from one file and one command.
 
-Each cell is an independent task (a notebook, a model, its parameters) that ends in its own sealed run
-folder, so a later step can hand cells to other boxes. The campaign itself is a run folder under
-outputs/campaigns/ with one record per cell; it is sealed once every cell is done, and until then
-`--resume` runs only the cells without a sealed, intact run folder.
+Each cell is an independent task (a notebook, a model, its parameters, and the box it runs on) that
+ends in its own sealed run folder. Without `boxes:` every cell runs on this machine; with them, every
+cell runs on every box, handed there by a runner (cluster.Boxes). The campaign itself is a run
+folder under outputs/campaigns/ with one record per cell; it is sealed once every cell is done, and
+until then `--resume` runs only the cells without a sealed, intact run folder.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from .client import Endpoint
 from .errors import ParamsError, RunError, SparknbError
@@ -37,13 +39,20 @@ class Cell:
     model: str | None  # None: the study visits the campaign's models itself (swap)
     parameters: dict = field(default_factory=dict)
     rep: int = 0
+    box: str | None = None  # None: this machine
 
     @property
     def key(self) -> str:
-        return f"{self.notebook}/{self.model or 'all models'}/{self.rep + 1}"
+        return f"{self.notebook}/{self.model or 'all models'}/{self.rep + 1}" + (f"@{self.box}" if self.box else "")
 
     def as_dict(self) -> dict:
         return asdict(self) | {"cell": self.key}  # not "key": a field so named is masked as a secret
+
+    def notebook_parameters(self, endpoint: str | None, model_ref: Callable[[str], str] = str) -> dict:
+        """What the notebook is given; `model_ref` names a model as it is to be loaded where the cell runs."""
+        if self.model is None:
+            return dict(self.parameters) | {"models": [model_ref(m) for m in self.parameters.get("models", [])]}
+        return dict(self.parameters) | {"model": model_ref(self.model), "endpoint": endpoint}
 
 
 def plan(campaign: CampaignParams) -> list[Cell]:
@@ -62,12 +71,14 @@ def plan(campaign: CampaignParams) -> list[Cell]:
     if problems:
         raise ParamsError(f"Campaign {campaign.name!r} is invalid:\n  " + "\n  ".join(problems))
     cells = []
-    for rep in range(campaign.repetitions):
-        for model in campaign.models:
-            cells += [Cell(nb, model, dict(p), rep) for nb, p in campaign.studies.items() if nb not in ACROSS_MODELS]
-    for rep in range(campaign.repetitions):
-        cells += [Cell(nb, None, {"models": list(campaign.models)} | dict(p), rep)
-                  for nb, p in campaign.studies.items() if nb in ACROSS_MODELS]
+    for box in campaign.boxes or [None]:
+        for rep in range(campaign.repetitions):
+            for model in campaign.models:
+                cells += [Cell(nb, model, dict(p), rep, box) for nb, p in campaign.studies.items()
+                          if nb not in ACROSS_MODELS]
+        for rep in range(campaign.repetitions):
+            cells += [Cell(nb, None, {"models": list(campaign.models)} | dict(p), rep, box)
+                      for nb, p in campaign.studies.items() if nb in ACROSS_MODELS]
     return cells
 
 
@@ -77,40 +88,41 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
-def run(file: str, *, resume: str = "", outputs: str | Path = "", log: Callable[[str], None] = say) -> Path:
-    """Run every cell not already done; returns the campaign's folder (sealed when every cell is done)."""
+class Runner(Protocol):
+    """Where the cells run: here (run_here), or on the campaign's boxes (cluster.Boxes); returns how many failed."""
+
+    def __call__(self, campaign: CampaignParams, cells: list[Cell], record: Run, outputs: str | Path,
+                 progress: _Progress) -> int: ...
+
+
+def run(file: str, *, resume: str = "", outputs: str | Path = "", log: Callable[[str], None] = say,
+        on: Runner | None = None, again: str = "") -> Path:
+    """Run every cell not already done; returns the campaign's folder (sealed when every cell is done).
+
+    `on` runs the cells elsewhere (a campaign with boxes needs one); `again` is how the command that
+    resumes it is written (e.g. its --cluster option).
+    """
     campaign = load_campaign(file)
+    if bool(campaign.boxes) != (on is not None):
+        raise ParamsError(f"Campaign {campaign.name!r} names boxes ({', '.join(campaign.boxes)}): run it with "
+                          "--cluster HEAD:6379 (or auto)" if campaign.boxes else
+                          f"Campaign {campaign.name!r} names no boxes, so it runs on this machine: add `boxes:` "
+                          "to the file, or leave out --cluster")
     cells = plan(campaign)
     record, done = _open(campaign, file, cells, resume, outputs)
     todo = [c for c in cells if c.key not in done]
     log(f"campaign {record.id}: {campaign.name}, {len(cells)} cells, {len(cells) - len(todo)} already done; "
         f"writing {record.path}")
     progress = _Progress(len(todo), log)
-    failed = 0
+    again = f"sparknb campaign run {file}{again} --resume {record.id}"
     try:
-        for model in [*campaign.models, None]:
-            mine = [c for c in todo if c.model == model]
-            if not mine:
-                continue
-            ran = len(read_records(record.path))
-            try:
-                with _serving(model, record) as endpoint:
-                    for cell in mine:
-                        failed += not _run_cell(cell, endpoint, record, outputs, progress)
-            except SparknbError as e:  # the model could not be served: its cells fail, the next model still runs
-                settled = {r.get("cell") for r in read_records(record.path)[ran:] if r.get("status")}
-                for cell in (c for c in mine if c.key not in settled):
-                    record.record({"cell": cell.key, "status": "failed", "reason": f"server: {e}", "seconds": 0.0})
-                    progress.step(cell, f"FAILED: {model} could not be served: {str(e).splitlines()[0]}")
-                    failed += 1
+        failed = (on or run_here)(campaign, todo, record, outputs, progress)
     except KeyboardInterrupt:
         record.record({"event": "interrupted", "at": time.time()})
-        log(f"Interrupted. Every finished cell is sealed and no server is left running; finish with\n"
-            f"  sparknb campaign run {file} --resume {record.id}")
+        log(f"Interrupted. Every finished cell is sealed and no server is left running; finish with\n  {again}")
         raise
     if failed:
-        log(f"{failed} cell(s) failed (reasons in {record.path / 'records.jsonl'}); run them again with\n"
-            f"  sparknb campaign run {file} --resume {record.id}")
+        log(f"{failed} cell(s) failed (reasons in {record.path / 'records.jsonl'}); run them again with\n  {again}")
         return record.path
     record.seal()
     log(f"campaign {record.id}: every cell done, sealed: {record.path}")
@@ -139,8 +151,38 @@ def _open(campaign: CampaignParams, file: str, cells: list[Cell], resume: str,
     return Run(path), done
 
 
+def run_here(campaign: CampaignParams, cells: list[Cell], record: Run, outputs: str | Path,
+             progress: _Progress) -> int:
+    """Every cell on this machine, a model's cells under one start of its server; returns how many failed."""
+    failed = 0
+    for model in [*campaign.models, None]:
+        mine = [c for c in cells if c.model == model]
+        if not mine:
+            continue
+        ran = len(read_records(record.path))
+        try:
+            with serving(model, record) as endpoint:
+                for cell in mine:
+                    failed += not _run_cell(cell, endpoint, record, outputs, progress)
+        except SparknbError as e:  # the model could not be served: its cells fail, the next model still runs
+            settled = {r.get("cell") for r in read_records(record.path)[ran:] if r.get("status")}
+            for cell in (c for c in mine if c.key not in settled):
+                record.record({"cell": cell.key, "status": "failed", "reason": f"server: {e}", "seconds": 0.0})
+                progress.step(cell, f"FAILED: {model} could not be served: {str(e).splitlines()[0]}")
+                failed += 1
+    return failed
+
+
+class Record(Protocol):
+    """Where serving() writes: the campaign's own folder, or what a box sends back to it (box.Notes)."""
+
+    def record(self, obj: dict) -> None: ...
+
+    def write_text(self, name: str, text: str) -> object: ...
+
+
 @contextlib.contextmanager
-def _serving(model: str | None, record: Run) -> Iterator[str | None]:
+def serving(model: str | None, record: Record) -> Iterator[str | None]:
     """The model's server up for its cells, as its lifecycle says, and down again whatever happens."""
     if model is None:
         yield None
@@ -162,21 +204,20 @@ def _serving(model: str | None, record: Run) -> Iterator[str | None]:
         server = lifecycle.launch(target, Path(tmp) / "server.log")
         try:
             server.wait_ready()
-            record.record({"event": "server up", "model": model, "pid": server.pid, "ready_s": server.elapsed(),
+            record.record({"event": "server up", "model": params.name, "pid": server.pid, "ready_s": server.elapsed(),
                            "target": target.describe()})
             yield target.endpoint
         finally:
             gone = server.stop()
-            record.record({"event": "server down", "model": model, "how": gone.how, "seconds": gone.seconds})
+            record.record({"event": "server down", "model": params.name, "how": gone.how, "seconds": gone.seconds})
             name = f"server-{params.name}-{int(time.time())}.log"
             record.write_text(name, redact(server.log_text()))
 
 
 def _run_cell(cell: Cell, endpoint: str | None, record: Run, outputs: str | Path, progress: _Progress) -> bool:
-    parameters = dict(cell.parameters) | ({"model": cell.model, "endpoint": endpoint} if cell.model else {})
     t0 = time.monotonic()
     try:
-        folder = run_notebook(cell.notebook, parameters, outputs)
+        folder = run_notebook(cell.notebook, cell.notebook_parameters(endpoint), outputs)
     except SparknbError as e:
         seconds = time.monotonic() - t0
         record.record({"cell": cell.key, "status": "failed", "reason": str(e), "seconds": seconds})

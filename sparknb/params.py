@@ -19,11 +19,12 @@ from pydantic import (
     Field,
     PlainValidator,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
 from .errors import ParamsError, SparknbError
-from .redaction import looks_secret
+from .redaction import looks_secret, redact
 
 
 class Strict(BaseModel):
@@ -177,6 +178,56 @@ class PromptSet(Strict):
         return self
 
 
+BOX_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+NOT_PER_BOX = ("name", "hardware")  # a model is the same model on every box; its hardware is the box's
+
+
+class BoxParams(Strict):
+    """One box of a campaign spread over several: its hardware, and what differs there for a model.
+
+    A model's fields given under `models` replace its own on this box only (an endpoint, a whole
+    lifecycle block); the model's params file on the box itself supplies the rest.
+    """
+
+    hardware: str | None = Field(None, description="the box's hardware params (params/hardware/), set on every "
+                                 "model measured there; default: each model's own")
+    models: dict[str, dict[str, Any]] = Field(default_factory=dict, description="model name -> the fields of its "
+                                              "params that differ on this box, e.g. {endpoint: http://...:8000/v1}")
+
+    @field_validator("hardware")
+    @classmethod
+    def _hardware_exists(cls, name: str | None) -> str | None:
+        if name is not None:
+            try:
+                load_hardware(name)
+            except ParamsError as e:
+                raise ValueError(str(e).splitlines()[0]) from None
+        return name
+
+    @model_validator(mode="after")
+    def _no_secrets_or_identity(self) -> BoxParams:
+        for model, fields in self.models.items():
+            fixed = sorted(set(fields) & set(NOT_PER_BOX))
+            if fixed:
+                raise ValueError(f"models.{model} sets {fixed}: a model keeps its name on every box, and a box's "
+                                 "hardware is set once, as the box's `hardware`")
+            if redact(fields) != fields:
+                raise ValueError(f"models.{model} holds a secret; a campaign file travels to every box, so name "
+                                 "the variable that holds it (api_key_env) and export it on each box instead")
+        return self
+
+
+def on_box(model: ModelParams, box: BoxParams | None) -> ModelParams:
+    """The model as measured on this box: its own params with the box's hardware and overrides."""
+    if box is None or (box.hardware is None and model.name not in box.models):
+        return model
+    changed = dict(box.models.get(model.name, {})) | ({"hardware": box.hardware} if box.hardware else {})
+    try:
+        return ModelParams.model_validate(model.model_dump() | changed)
+    except ValidationError as e:
+        raise ParamsError(f"{model.name} with this box's overrides is invalid:\n" + _problems(e)) from None
+
+
 class CampaignParams(Strict):
     """Models, the studies to run on each with their parameters, and how often: one comparison, one command."""
 
@@ -185,17 +236,32 @@ class CampaignParams(Strict):
     models: list[str] = Field(min_length=1, description="model params names or YAML paths")
     repetitions: int = Field(1, ge=1, description="how many times every cell runs")
     studies: dict[str, dict[str, Any]] = Field(min_length=1, description="notebook name -> its parameters")
+    boxes: dict[Annotated[str, Field(pattern=BOX_NAME)], BoxParams] = Field(
+        default_factory=dict, description="box name -> its params: every cell runs on every box, through Ray "
+        "(`sparknb campaign run FILE --cluster ADDRESS`); none: on this machine")
 
     @model_validator(mode="after")
     def _models_exist(self) -> CampaignParams:
         problems = []
+        loaded = {}
         for m in self.models:
             try:
-                load_model(m)
+                loaded[m] = load_model(m)
             except ParamsError as e:
                 problems.append(f"models: {str(e).splitlines()[0]}")
         if len(set(self.models)) != len(self.models):
             problems.append(f"models names one twice: {self.models}")
+        for name, box in self.boxes.items():
+            names = {model.name: model for model in loaded.values()}
+            for model in box.models:
+                if model not in names:
+                    problems.append(f"boxes.{name}.models.{model}: not one of the campaign's models "
+                                    f"({', '.join(names) or 'none loaded'})")
+                    continue
+                try:
+                    on_box(names[model], box)
+                except ParamsError as e:
+                    problems.append(f"boxes.{name}.models.{model}: " + " ".join(str(e).split()))
         if problems:
             raise ValueError("; ".join(problems))
         return self
