@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 import time
@@ -12,7 +13,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from . import campaign
-from .errors import SparknbError
+from .errors import ParamsError, SparknbError
 from .execute import run_notebook, seal_interrupted
 from .params import load_model
 from .redaction import redact
@@ -53,6 +54,14 @@ def _failures(failed: list[dict]) -> int:
     return 1
 
 
+def _with_ray(module: str):
+    """sparknb.cluster or sparknb.box, which need Ray: pip install 'sparknb[cluster]'."""
+    try:
+        return importlib.import_module(f"{__package__}.{module}")
+    except ImportError as e:
+        raise ParamsError(f"{e}: running on several boxes needs Ray; pip install 'sparknb[cluster]'") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sparknb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -76,6 +85,19 @@ def main(argv: list[str] | None = None) -> int:
     p_campaign.add_argument("file", help="params/campaigns/NAME.yaml, or NAME")
     p_campaign.add_argument("--resume", default="", metavar="ID", help="finish the cells a stopped campaign left")
     p_campaign.add_argument("--outputs", default="")
+    p_campaign.add_argument("--cluster", default="", metavar="ADDRESS",
+                            help="run each cell on its box (the file's boxes:) through the Ray cluster at HEAD:6379, "
+                                 "or auto for the one this machine belongs to")
+    p_cluster = sub.add_parser("cluster", help="boxes of a Ray cluster: join one, or see them all")
+    cluster_sub = p_cluster.add_subparsers(dest="action", required=True)
+    p_join = cluster_sub.add_parser("join", help="start Ray on this box (ray start), announcing it as --box NAME")
+    p_join.add_argument("--box", required=True, help="the box's name, as in the campaign file's boxes:")
+    p_join.add_argument("--address", default="", help="the first box's HEAD:6379")
+    p_join.add_argument("--head", action="store_true", help="this is the first box: start the cluster here")
+    p_join.add_argument("--port", type=int, default=6379, help="the head's port (with --head)")
+    p_join.add_argument("ray_args", nargs=argparse.REMAINDER, help="after --: more options for ray start")
+    p_status = cluster_sub.add_parser("status", help="the boxes Ray sees, their hardware and run locks")
+    p_status.add_argument("--cluster", default="auto", metavar="ADDRESS")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -97,8 +119,16 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "seal":
             print(f"sealed: {seal_interrupted(args.folder)}")
         elif args.command == "campaign":
-            record = campaign.run(args.file, resume=args.resume, outputs=args.outputs)
+            on = _with_ray("cluster").Boxes(args.cluster) if args.cluster else None
+            record = campaign.run(args.file, resume=args.resume, outputs=args.outputs, on=on,
+                                  again=f" --cluster {args.cluster}" if args.cluster else "")
             return _failures(campaign.failed(record.name, args.outputs))
+        elif args.command == "cluster" and args.action == "join":
+            extra = args.ray_args[1:] if args.ray_args[:1] == ["--"] else args.ray_args
+            return _with_ray("box").join(args.box, address=args.address, head=args.head, port=args.port, extra=extra)
+        elif args.command == "cluster":
+            box = _with_ray("box")
+            box.print_status(box.status(args.cluster))
         elif args.command == "demo":
             t0 = time.monotonic()
             folder, failures = demo(args.outputs)
