@@ -271,12 +271,27 @@ def reachable(address: str) -> None:
                            "join --head` printed it, or auto on a box of the cluster.") from None
 
 
+def token_auth() -> dict[str, str]:
+    """Ray (2.60) guards a cluster with a token where its head box has one: where a token is here too (in
+    ~/.ray/auth_token, $RAY_AUTH_TOKEN_PATH or $RAY_AUTH_TOKEN), send it; Ray does so itself only for `auto`."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return {}
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    return {"RAY_AUTH_MODE": "token"} if os.environ.get("RAY_AUTH_TOKEN") or path.is_file() else {}
+
+
 def connect(address: str) -> bool:
     """This process as a Ray driver of the cluster at `address` (host:port, or auto for the one on this machine);
     False where it already was one (and so stays one afterwards)."""
     if ray.is_initialized():
         return False
     reachable(address)
+    if token_auth():  # what Ray does by itself for `auto` only (ray 2.60; its own function, so as Ray reads a token)
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+
+        maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
     try:
         ray.init(address=address, log_to_driver=False, logging_level="WARNING")
     except (ConnectionError, RuntimeError, ValueError) as e:
@@ -308,7 +323,7 @@ def join(box: str, *, address: str = "", head: bool = False, port: int = 6379, e
     command += ["--head", "--port", str(port)] if head else ["--address", address]
     command += list(extra)
     print(f"+ {shlex.join(command)}", flush=True)
-    return subprocess.run(command, env=os.environ | {BOX_ENV: box}, stdin=subprocess.DEVNULL).returncode
+    return subprocess.run(command, env=os.environ | token_auth() | {BOX_ENV: box}, stdin=subprocess.DEVNULL).returncode
 
 
 def status(address: str) -> list[dict]:
