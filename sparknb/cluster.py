@@ -114,6 +114,8 @@ def _start(campaign: CampaignParams, cells: list[Cell], record: Run, log) -> lis
         commit = found["sparknb"]
         log(f"box {box}: node {found['node_id'][:12]}, host {found['hostname']}, sparknb {commit.get('commit')}"
             f"{' (dirty)' if commit.get('dirty') else ''}")
+        if found["run_lock"] is not None:  # its guard will refuse each cell while it is held
+            log(f"WARNING: box {box}: another sparknb run holds its run lock ({found['run_lock'] or 'starting'})")
         lanes.append(_Lane(box, actors[box], found, _steps([c for c in cells if c.box == box], campaign.models)))
     if problems:
         for actor in actors.values():

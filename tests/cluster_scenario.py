@@ -140,7 +140,7 @@ try:
     status = subprocess.run([sys.executable, "-m", "sparknb", "cluster", "status", "--cluster", cluster.address],
                             capture_output=True, text=True, timeout=300)
     report["first"] = {"id": first.name, "rc": rc, "out": out, "left_on_b_after_kill": left_on_b,
-                       "status": status.stdout + status.stderr}
+                       "status": status.stdout + status.stderr, "sealed": (first / "manifest.json").exists()}
 
     # 2. spark-b rejoins; --resume finishes only what is missing.
     join("spark-b")
