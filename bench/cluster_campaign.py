@@ -47,8 +47,9 @@ def main() -> None:
     os.environ["PYTHONPATH"] = str(ROOT)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.pop("SPARKNB_API_KEY", None)
-    with tempfile.TemporaryDirectory(prefix="sparknb-bench-") as tmp:
-        os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # socket paths must stay short
+    with tempfile.TemporaryDirectory(prefix="sparknb-bench-") as tmp, \
+            tempfile.TemporaryDirectory(prefix="rt", dir="/tmp") as ray_tmp:  # Ray's socket paths must stay short
+        os.environ["RAY_TMPDIR"] = ray_tmp
         if args.boxes_first:
             boxes_s, box_rows, ready = run_on_two_boxes(Path(tmp), args.repetitions)
         local_s, local_rows = run_locally(Path(tmp), args.repetitions)

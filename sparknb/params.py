@@ -251,8 +251,8 @@ class CampaignParams(Strict):
                 problems.append(f"models: {str(e).splitlines()[0]}")
         if len(set(self.models)) != len(self.models):
             problems.append(f"models names one twice: {self.models}")
+        names = {model.name: model for model in loaded.values()}
         for name, box in self.boxes.items():
-            names = {model.name: model for model in loaded.values()}
             for model in box.models:
                 if model not in names:
                     problems.append(f"boxes.{name}.models.{model}: not one of the campaign's models "
