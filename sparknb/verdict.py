@@ -42,6 +42,7 @@ class Runs:
 
     by_study: dict[str, dict[str, PastRun]]
     subjects: list[str]
+    apart: str = ""  # where the subjects were measured on different boxes: a caveat on every row
 
     @property
     def base(self) -> str:

@@ -392,6 +392,18 @@ def test_a_campaign_over_two_boxes_runs_each_cell_on_its_box_and_survives_a_box_
     assert sorted(e["box"] for e in ups) == ["spark-a", "spark-a", "spark-b", "spark-b"]
     for key in ("sk-spark-a-7f3e91c2", "sk-spark-b-7f3e91c2"):  # each box's own key, read there: in no file
         assert key not in "".join(p.read_text(errors="replace") for p in outputs.rglob("*") if p.is_file())
+    # The comparison of that campaign: one model on two boxes, so the boxes are what it sets side by side.
+    from sparknb.cli import main
+
+    assert main(["run", "compare", "-p", "campaign", first.name, "-p", "interactive", "false",
+                 "--outputs", str(outputs)]) == 0
+    (compared,) = (outputs / "compare").iterdir()
+    (headline,) = json.loads((compared / "summary.json").read_text())["headlines"]
+    assert headline["subjects"] == ["spark-a", "spark-b"] and headline["title"] == "tiny-dense on each box"
+    figures = {r["figure"] for r in headline["rows"]}
+    assert "tok/s at 64 tokens" in figures and {"TTFT ms at 100 tokens", "TTFT ms at 300 tokens"} <= figures
+    assert all(set(r["values"]) == {"spark-a", "spark-b"} for r in headline["rows"] if r["study"] != "decode"
+               or r["figure"].startswith("tok/s"))
 
     # 3. Ctrl-C: every box's cell stops, sealed, and its server goes down there; the campaign can resume.
     third = outputs / "campaigns" / report["interrupt"]["id"]

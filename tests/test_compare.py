@@ -312,3 +312,38 @@ def test_humaneval_decides_on_the_paired_difference_and_says_when_164_problems_c
     _, h = headline_of(tmp_path, strong, noisy)
     paired = next(r for r in h.rows if r.figure.startswith("paired"))
     assert "more than the 164 HumanEval holds" in paired.needed["noisy"]
+
+
+def boxed(box: str, **kw) -> dict:
+    return fingerprint(host=f"host-{box}", **kw) | {"box": {"name": box, "ray_node_id": f"node-{box}"}}
+
+
+def test_one_model_on_two_boxes_compares_the_boxes(tmp_path):
+    a = decode_run(tmp_path, "moe-35b", 26.0, boxed("spark-a"), seed=1)
+    b = decode_run(tmp_path, "moe-35b", 13.0, boxed("spark-b"), seed=2)  # the same model, a box half as fast
+    plan = compare.Plan.build(runs=[a.id, b.id], outputs=str(tmp_path))
+    assert plan.mode() == "boxes"
+    ((title, runs),) = plan.comparisons()
+    assert runs.subjects == ["spark-a", "spark-b"] and "on each box" in title
+    h = compare.headline(runs)
+    d = decide(row(h, "tok/s at 111 tokens"), "spark-b", "spark-a")
+    assert d.outcome == "wins" and d.winner == "spark-a"  # the question, not a caveat
+    (note,) = [w for w in compare.warnings(plan.past, plan.mode()) if "boxes" in w.text]
+    assert note.level == "info" and "DIFFERENT BOXES" not in note.text
+
+
+def test_two_models_on_two_boxes_keep_their_ratios_per_box(tmp_path):
+    runs = [decode_run(tmp_path / "outputs", m, speed, boxed(box), seed=i)
+            for i, (m, speed, box) in enumerate([("moe", 26.0, "spark-a"), ("dense", 8.9, "spark-a"),
+                                                  ("moe", 13.0, "spark-b"), ("dense", 4.4, "spark-b")])]
+    plan = compare.Plan.build(runs=[r.id for r in runs], outputs=str(tmp_path / "outputs"))
+    assert plan.mode() == "models per box"
+    by_box = {title: compare.headline(r) for title, r in plan.comparisons()}
+    assert list(by_box) == ["on spark-a", "on spark-b"]
+    for title, h in by_box.items():
+        ratio = row(h, "tok/s at 111 tokens").ratios["dense"]
+        assert ratio.estimate == pytest.approx(8.9 / 26.0 if title.endswith("a") else 4.4 / 13.0, rel=0.05)
+    nb, folder = run_notebook("compare", tmp_path, {"runs": [r.id for r in runs]})
+    summary = json.loads((folder / "summary.json").read_text())
+    assert [h["title"] for h in summary["headlines"]] == ["on spark-a", "on spark-b"]
+    assert "### on spark-b" in outputs_text(nb)

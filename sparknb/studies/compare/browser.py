@@ -67,10 +67,12 @@ def show(plan: Plan) -> None:
     from .plots import plot
     from .story import story
 
-    h = headline(plan.compared())
-    display(Markdown(story(h, plan.missing())))
-    display(Markdown(markdown(warnings(plan.past)) or "Same box, driver and server version."))
+    headlines = [(title, headline(runs)) for title, runs in plan.comparisons()]
+    for title, h in headlines:
+        display(Markdown((f"### {title}\n\n" if title else "") + story(h, plan.missing())))
+    display(Markdown(markdown(warnings(plan.past, plan.mode())) or "Same box, driver and server version."))
     found = run_warnings(plan.past)
     display(Markdown(found.markdown()))
-    display(h.table(found.cite).style.hide(axis="index"))
-    display(picture(plot(h)))  # a Figure outside pyplot: see plot
+    for title, h in headlines:
+        display(h.table(found.cite).style.hide(axis="index"))
+        display(picture(plot(h, title)))  # a Figure outside pyplot: see plot

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ... import fingerprint
-from ...report import Finding, warning
+from ...report import Finding, info, warning
 from ...run import PastRun
 from ...verdict import short, warnings_of
 
@@ -64,17 +64,24 @@ def fingerprint_view(past: list[PastRun]):
     return HTML(top + folded)
 
 
-def warnings(past: list[PastRun]) -> list[Finding]:
-    """Different boxes first and loudest, then drivers, server builds, speculative set-ups, model builds and
-    study settings."""
+def warnings(past: list[PastRun], mode: str = "models") -> list[Finding]:
+    """Different boxes first and loudest (unless the boxes are the question), then drivers, server builds,
+    speculative set-ups, model builds and study settings. `mode`: what the comparison sets side by side
+    (compare.Plan.mode)."""
     if not past:
         return []
     notes = []
     base = past[0]
     boxes = {r.id: fingerprint.differences(base.fingerprint, r.fingerprint, fingerprint.SAME_BOX) for r in past[1:]}
     other_boxes = {k: v for k, v in boxes.items() if v}
-    if other_boxes:
-        detail = "; ".join(f"{k}: {', '.join(d for ds in v.values() for d in ds)}" for k, v in other_boxes.items())
+    detail = "; ".join(f"{k}: {', '.join(d for ds in v.values() for d in ds)}" for k, v in other_boxes.items())
+    if mode == "boxes":
+        notes.append(info(f"These runs compare boxes: one model, measured on each ({detail}). The machines are the "
+                          "question here, so every ratio below is one box against the first."))
+    elif mode == "models per box":
+        notes.append(info(f"These runs come from several boxes ({detail}). Each box's models are compared on that box "
+                          "alone, in a headline of its own: no ratio crosses boxes."))
+    elif other_boxes:
         notes.append(Finding("warning", f"DIFFERENT BOXES. These runs were not measured on the same machine as "
                                         f"{base.id} ({detail}). A ratio between them mixes the models with the "
                                         "machines; read every figure below as a comparison of setups, not of models."))

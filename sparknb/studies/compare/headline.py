@@ -6,6 +6,7 @@ which a row decides are sparknb.verdict's. A study of these runs without headlin
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 from dataclasses import dataclass, field
@@ -93,4 +94,7 @@ def headline(runs: Runs) -> Headline:
             without.append(f"{study}: its runs share no figure to set side by side")
         rows += mine
     rows += energy.headline_rows(runs)
+    if runs.apart:  # models on different boxes: every figure mixes the model with the machine
+        rows = [dataclasses.replace(r, caveats={**r.caveats, runs.base: (*r.caveats.get(runs.base, ()), runs.apart)})
+                for r in rows]
     return Headline(runs.base, list(runs.subjects), rows, without)

@@ -11,6 +11,12 @@ from ...run import PastRun, read_past
 from ...verdict import Runs
 
 
+def box_of(run: PastRun) -> str:
+    """A run's box: the name it was measured under in a campaign across boxes, else the host's name."""
+    fp = run.fingerprint
+    return (fp.get("box") or {}).get("name") or (fp.get("host") or {}).get("hostname") or "unknown box"
+
+
 class Plan(params.Plan):
     study: ClassVar[str] = "compare"
     runs: list[str] = Field(default_factory=list, description="run folders or run ids of any study")
@@ -38,19 +44,52 @@ class Plan(params.Plan):
     def past(self) -> list[PastRun]:
         return list(self._past)
 
-    def by_study(self) -> dict[str, dict[str, PastRun]]:
-        """notebook -> model label -> its run; a later run of the same model replaces an earlier one."""
+    def by_study(self, runs: list[PastRun] | None = None, key=None) -> dict[str, dict[str, PastRun]]:
+        """notebook -> subject (the model label, or `key(run)`) -> its run; a later run replaces an earlier one."""
         out: dict[str, dict[str, PastRun]] = {}
-        for run in sorted(self._past, key=lambda r: r.id):  # run ids begin with their UTC start time
-            out.setdefault(run.notebook, {})[run.label] = run
+        for run in sorted(self._past if runs is None else runs, key=lambda r: r.id):  # ids begin with their start
+            out.setdefault(run.notebook, {})[key(run) if key else run.label] = run
         return out
 
     def models(self) -> list[str]:
         """The models in the order given: the first is the base every ratio divides by."""
         return list(dict.fromkeys(r.label for r in self._past if r.notebook != "swap"))
 
+    def boxes(self) -> list[str]:
+        """The boxes the runs were measured on, in the order given: by the name a box joined a cluster with, else
+        by its host name."""
+        return list(dict.fromkeys(box_of(r) for r in self._past))
+
+    def mode(self) -> str:
+        """models (one box), boxes (one model on several), models per box, or setups (each box another model)."""
+        boxes, models = self.boxes(), self.models()
+        if len(boxes) < 2:
+            return "models"
+        if len(models) == 1:
+            return "boxes"
+        return "models per box" if len(self.comparisons()) > 1 else "setups"
+
+    def comparisons(self) -> list[tuple[str, Runs]]:
+        """What is set side by side, and under what heading:
+        - one box: the models;
+        - one model on several boxes: the boxes (the question itself, not a caveat);
+        - several models on each of several boxes: the models, box by box (each ratio within one box);
+        - otherwise (each box a different model): the models as setups, every row caveated for the boxes."""
+        boxes, models = self.boxes(), self.models()
+        if len(boxes) < 2:
+            return [("", Runs(self.by_study(), models))]
+        if len(models) == 1:
+            return [(f"{models[0]} on each box", Runs(self.by_study(key=box_of), boxes))]
+        per_box = {b: [r for r in self._past if box_of(r) == b] for b in boxes}
+        if all(len({r.label for r in runs if r.notebook != "swap"}) > 1 for runs in per_box.values()):
+            return [(f"on {b}", Runs(self.by_study(runs), [m for m in models if any(r.label == m for r in runs)]))
+                    for b, runs in per_box.items()]
+        where = "; ".join(f"{m} on {', '.join(sorted({box_of(r) for r in self._past if r.label == m}))}" for m in models)
+        return [("", Runs(self.by_study(), models, f"measured on different boxes ({where}): a comparison of setups"))]
+
     def compared(self) -> Runs:
-        return Runs(self.by_study(), self.models())
+        """The first (for one box, the only) comparison."""
+        return self.comparisons()[0][1]
 
     def missing(self) -> list[str]:
         """Every study that is not compared for every model, and why: a campaign's failed cells with their

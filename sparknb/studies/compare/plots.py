@@ -11,7 +11,7 @@ STYLE = {"wins": ("o", 1.0), "cannot tell": ("o", 1.0), "caveated": ("o", 0.35),
          "trap": ("x", 0.35)}
 
 
-def plot(h: Headline):
+def plot(h: Headline, title: str = ""):
     """One point per figure and subject, its 95% interval as a bar, 1 as the line of no difference.
 
     A figure where lower is better (a time) is shown inverted (the base's over the subject's), so that
@@ -61,7 +61,7 @@ def plot(h: Headline):
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(f"<- {h.base} better    advantage over {h.base} (95% interval)    subject better ->")
-    ax.set_title(f"Each subject against {h.base}; faded: caveated or the trap, never deciding")
+    ax.set_title((f"{title}: " if title else "") + f"each against {h.base}; faded: caveated or the trap, never deciding")
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     return fig

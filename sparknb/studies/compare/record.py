@@ -21,11 +21,14 @@ def open_run(plan: Plan, *, run_id: str = "", outputs: str = "") -> Run:
     return run
 
 
-def finish(run: Run, headline: Headline, paragraph: str, notes: list[Finding], seal: bool = True, *,
-           run_warnings=None, missing: list[str] = ()) -> None:
-    """The comparison's summary: the headline with every row's standing and decision, the verdict, the
-    comparison's own warnings, every warning of the runs compared (by run), and the studies missing."""
-    run.write_json("summary.json", {"headline": headline.as_dict(), "story": paragraph, "findings": as_records(notes),
+def finish(run: Run, headlines: list[tuple[str, Headline]], paragraph: str, notes: list[Finding], seal: bool = True,
+           *, run_warnings=None, missing: list[str] = ()) -> None:
+    """The comparison's summary: each headline (one per box where models are compared box by box) with every
+    row's standing and decision, the verdict, the comparison's own warnings, every warning of the runs compared
+    (by run), and the studies missing. `headline` is the first, for a reader of one box."""
+    run.write_json("summary.json", {"headline": headlines[0][1].as_dict(),
+                                    "headlines": [{"title": t, **h.as_dict()} for t, h in headlines],
+                                    "story": paragraph, "findings": as_records(notes),
                                     "run_warnings": run_warnings.as_dict() if run_warnings else {},
                                     "missing": list(missing)})
     if seal:
