@@ -17,7 +17,7 @@ import time
 import pytest
 
 from sparknb import stream
-from sparknb.client import Endpoint
+from sparknb.client import Completion, Endpoint
 from sparknb.errors import EndpointError
 from support import FakeHandler, free_port, serve
 
@@ -78,7 +78,7 @@ def fake():
         yield url
 
 
-def _complete(url: str, model: str, **kw) -> stream.Streamed:
+def _complete(url: str, model: str, **kw) -> Completion:
     endpoint = stream.AsyncEndpoint(url, model, **kw)
     return stream.run(lambda: endpoint.complete([1, 2, 3], max_tokens=4))
 
