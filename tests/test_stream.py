@@ -9,6 +9,7 @@ exactly how many requests are open at once.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import socket
 import threading
@@ -185,3 +186,25 @@ def test_a_chats_role_only_chunk_is_not_a_token(tiny_dense, dense_key):
     answer = stream.run(lambda: endpoint.chat([{"role": "user", "content": "hello"}], max_tokens=6, ignore_eos=True))
     assert answer.completion_tokens == 6 == sum(answer.chunk_tokens) and len(answer.chunk_times) <= 6
     assert answer.ttft_s == answer.chunk_times[0]
+
+
+def test_a_task_left_running_is_cancelled_and_awaited_before_the_loop_closes(fake, capfd):
+    """A background task its coroutine forgot (a sampler, a probe) must not outlive the loop: asyncio
+    would report it destroyed while pending, later, in whatever output is open then."""
+    ended = []
+
+    async def forgetful():
+        async def sampler():
+            try:
+                while True:
+                    await stream.AsyncEndpoint(fake, "whole").complete([1], max_tokens=4)
+            finally:
+                ended.append("cleaned up")
+
+        asyncio.ensure_future(sampler())
+        await asyncio.sleep(0.05)
+        return "done"
+
+    assert stream.run(forgetful) == "done" and ended == ["cleaned up"]
+    gc.collect()
+    assert "Task was destroyed" not in capfd.readouterr().err
