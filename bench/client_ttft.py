@@ -10,7 +10,10 @@ Each study's path, as the study calls it:
 - mtp: client.Endpoint.chat with a text of as many words;
 - load: stream.batch of AsyncEndpoint.complete (token ids), one in flight;
 - MMLU-Pro: stream.batch of AsyncEndpoint.chat (text), one in flight;
-- and, for reference, the openai package's own streaming client with the same token ids.
+- and, for reference, the openai package's own streaming client with the same token ids (what decode,
+  prefill and mtp went through before).
+The swap study's first answer is no TTFT: it times the whole wait for a short answer from a server
+that is still starting, in seconds.
 
     python bench/client_ttft.py              # median of 20 per path and length; the last lines are the table
 """
@@ -21,6 +24,7 @@ import argparse
 import random
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -70,8 +74,6 @@ def batched(url: str, chat: bool):
 
 def reference(url: str, chat: bool):
     """The openai package's streaming client, its clock started where its caller would start one."""
-    import time
-
     import openai
 
     client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)

@@ -14,8 +14,9 @@ Timing rules that keep the numbers true:
   as `Completion.server`.
 
 One stream is read in the caller's own thread, on a blocking socket (see sparknb.wire for why), with
-no openai package in the way: it spent 16 to 22 us of CPU per prompt token before the request left,
-and 60 to 190 us per chunk.
+no openai package in the way: its client spent 16 to 22 us of CPU per prompt token before a request
+of token ids left (240 ms of TTFT at 10,714 tokens), and 70 to 190 us per chunk (bench/client_ttft.py
+and bench/client_overhead.py keep it as the reference).
 
 Servers beyond vLLM (`transformers serve`, ...) have the OpenAI API but not vLLM's side doors. A
 server without /version gets none of vLLM's request fields (its Dialect is PLAIN); without /tokenize,
@@ -130,10 +131,7 @@ class Dialect:
 
     name: str
     token_prompts: bool
-    fields: Callable[[bool, int], dict]  # (ignore_eos, max_tokens) -> the request's extra fields
-
-    def request_fields(self, ignore_eos: bool, max_tokens: int) -> dict:
-        return self.fields(ignore_eos, max_tokens)
+    request_fields: Callable[[bool, int], dict]  # (ignore_eos, max_tokens) -> the request's extra fields
 
 
 VLLM = Dialect("vLLM", True, _vllm_fields)

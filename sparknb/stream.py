@@ -35,6 +35,7 @@ class _Exchange(asyncio.BufferedProtocol):
     def __init__(self, request: bytes, reader: wire.Reader, finished: asyncio.Future):
         self.request, self.reader, self.finished = request, reader, finished
         self.buffer = bytearray(wire.BUFFER)
+        self.view = memoryview(self.buffer)
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport) -> None:
@@ -51,7 +52,7 @@ class _Exchange(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         now = time.perf_counter()
         try:
-            self.reader.feed(bytes(self.buffer[:nbytes]), now)
+            self.reader.feed(bytes(self.view[:nbytes]), now)
         except ValueError as e:  # a malformed answer ends this request only
             self._end(e)
             return

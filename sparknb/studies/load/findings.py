@@ -60,7 +60,7 @@ def _level(name: str, row: pd.Series, level: dict) -> list[Finding]:
         notes.append(warning(f"{name}: the server never ran {row['level']:g} requests at once (at most {running:g}, "
                              f"waiting up to {row.get('waiting max')}): it admits fewer (max_num_seqs or memory), "
                              "so this level measures its queue."))
-    if row.get("preemptions"):
+    if _known(row.get("preemptions")):
         notes.append(warning(f"{name}: the server preempted {row['preemptions']:g} request(s) (its KV cache was "
                              "full); their latencies include recomputing them."))
     return notes
@@ -99,7 +99,10 @@ def window_check(table: pd.DataFrame) -> list[Finding]:
     if all(v.empty for v in found.values()):
         return [warning("The server's count of generated tokens could not be read over the levels' windows, so "
                         "aggregate tok/s is not checked against the server's.")]
+    spread = kept["server count ± % (steady)"].dropna() if "server count ± % (steady)" in kept else kept.iloc[:0]
     said = "; ".join(f"{w} {'window' if w == STEADY else 'requests'} within {v.abs().max():.1f}%"
+                     + (f" (the server's readings around its edges allow up to ±{spread.max():.1f}%)"
+                        if w == STEADY and len(spread) else "")
                      for w, v in found.items() if not v.empty)
     text = (f"Aggregate tok/s against the server's own count of generated tokens over the same windows, at every "
             f"level whose client kept up: {said}.")
@@ -110,6 +113,11 @@ def window_check(table: pd.DataFrame) -> list[Finding]:
     return [warning(f"{text} Beyond {AGREEMENT_PCT:g}% and beyond what the server's readings around the window's "
                     f"edges allow: {'; '.join(off)}. The tokens reached the client at other times than the server "
                     "made them (late stamps, a burst), or the server also made tokens for another client.")]
+
+
+def _known(value) -> bool:
+    """A figure that was read and is not zero (a table holds an unread one as NaN)."""
+    return value is not None and not pd.isna(value) and bool(value)
 
 
 def _beyond(pct, spread) -> bool:

@@ -99,14 +99,14 @@ async def _level(endpoint: stream.AsyncEndpoint, level: Level, plan: Plan,
             offsets = arrivals(level, plan.seed)
             sent = await open_loop(endpoint, (plan.source.call(i) for i in range(len(offsets))), offsets, keep, t0=t0)
         wall = time.perf_counter() - t0
+        client = {"priority": priority, "loop_cpu_share": (time.thread_time() - loop_cpu) / wall,
+                  "process_cpu_share": (time.process_time() - cpu) / wall}
     finally:
         await stream.cancelled(watchers)
     await _read(endpoint, t0, samples)  # after the last answer
     return {"kind": "level", "level_name": level.name, "mode": level.mode, "level": level.value,
             "warmup_requests": level.warmup, "count_rule": level.count_rule, "sent": len(sent), "wall_s": wall,
-            "samples": samples,
-            "client": {"priority": priority, "loop_cpu_share": (time.thread_time() - loop_cpu) / wall,
-                       "process_cpu_share": (time.process_time() - cpu) / wall, "lags_s": _spread(lags)}}
+            "samples": samples, "client": client | {"lags_s": _spread(lags)}}
 
 
 def _calls(prompts: Prompts, level: Level) -> Iterator[stream.Call]:
