@@ -4,8 +4,10 @@ Each request has a connection of its own, read by an asyncio BufferedProtocol th
 as the single-stream client (sparknb.wire: the request serialized before the clock, the clock started
 as it is written, each read stamped as it arrives, one timing rule, the same errors in the same words).
 Reads land in a buffer of the exchange's own: with a plain Protocol asyncio makes a fresh 256 KiB bytes
-object per read, which glibc maps and unmaps each time (three system calls and the page faults on every
-chunk: most of the 130 to 180 us of CPU a paced single stream used to cost per chunk).
+object per read, which glibc maps, shrinks and unmaps each time (three system calls on every chunk; about
+10 us of a paced chunk's 90). What a paced single stream costs here is the wake-up and a cold pass through
+the reader, as for the single-stream client (see sparknb.wire); with many streams one wake-up serves
+several chunks (20 to 25 us a chunk at 16 streams paced at 2 ms: bench/client_overhead.py).
 `batch()` sends many requests at a fixed concurrency in one call, on an event loop of its own thread
 (a notebook's kernel runs one in the main thread, and the chunks' clock must not wait on it).
 """
