@@ -13,10 +13,11 @@ chosen percentiles:
 - E2E = sending to the last chunk that carries a token;
 - per-user tok/s = 1 / TPOT, per request: the median (p50) and the slowest tenth (p10);
 - goodput = requests with TTFT <= slo_ttft_s and TPOT <= slo_tpot_s, over a window.
-Aggregate figures (tok/s, goodput req/s) name their window, steady or all, and are checked against the
-server's own count of generated tokens over the same window (windows.py).
+
+Aggregate figures (tok/s, goodput req/s) name their window, steady or all, and tok/s is checked
+against the server's own count of generated tokens over the same window (windows.py). Besides:
 - the server's view: its running and waiting gauges, KV-cache use and preemptions, sampled in the
-  steady window
+  steady window;
 - client against server, over the same requests (all of the level's, warmup included): the client's
   mean decode time (first to last token) over vLLM's own (per-request metrics, else its histogram), and
   its mean E2E over vLLM's e2e histogram (from arrival at the API server), in percent; its mean TTFT less
