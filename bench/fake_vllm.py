@@ -3,10 +3,12 @@
 It runs in a process of its own (asyncio), reads each request whole (the body to its last byte, as a
 real server must before it can start), and answers with HTTP chunked encoding, one write per chunk, as
 uvicorn sends them: completions chunks with token ids, or chat chunks after a role-only opening one,
-then a finish reason and a usage chunk with vLLM's per-request metrics. It reads only `max_tokens` and
-`bench_gap_s` (seconds between two chunks; 0: back to back) from the body, by a regular expression, so
-that a 10,714-token prompt costs the server a scan, not a JSON parse, and the time to its first chunk
-is the client's and the loopback's.
+then a finish reason and a usage chunk with vLLM's per-request metrics. Asked for `return_token_ids`,
+its first chunk echoes the prompt's token ids, as vLLM's does (`prompt_token_ids`: 55 kB of JSON for
+10,714 tokens, which the client must read before it sees the first token). It reads only `max_tokens`,
+`bench_gap_s` (seconds between two chunks; 0: back to back) and the prompt's ids from the body, by
+regular expressions, so that a 10,714-token prompt costs the server a scan, not a JSON parse, and the
+time to its first chunk is the client's and the loopback's.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 MODEL = "bench-model"
 MAX_TOKENS = re.compile(rb'"max_tokens":\s*(\d+)')
 GAP = re.compile(rb'"bench_gap_s":\s*([0-9.e-]+)')
+PROMPT_IDS = re.compile(rb'"prompt":\s*(\[[0-9,\s]*\])')
 
 
 def frame(event: dict | str) -> bytes:
@@ -29,10 +32,12 @@ def frame(event: dict | str) -> bytes:
     return b"%x\r\n" % len(data) + data + b"\r\n"
 
 
-COMPLETION = frame({"id": "cmpl-5f0c2ad1e4b34a0d", "object": "text_completion", "created": 1796091679,
-                    "model": MODEL, "choices": [{"index": 0, "text": " word", "logprobs": None, "finish_reason": None,
-                                                 "stop_reason": None, "prompt_token_ids": None,
-                                                 "token_ids": [3464]}]})
+COMPLETION_EVENT = json.dumps({"id": "cmpl-5f0c2ad1e4b34a0d", "object": "text_completion", "created": 1796091679,
+                               "model": MODEL, "choices": [{"index": 0, "text": " word", "logprobs": None,
+                                                            "finish_reason": None, "stop_reason": None,
+                                                            "prompt_token_ids": None, "token_ids": [3464]}]},
+                              separators=(",", ":"))
+COMPLETION = frame(COMPLETION_EVENT)
 CHAT_ROLE = frame({"id": "chatcmpl-5f0c2ad1e4b34a0d", "object": "chat.completion.chunk", "created": 1796091679,
                    "model": MODEL, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                                 "logprobs": None, "finish_reason": None}]})
@@ -69,8 +74,11 @@ async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
     n = int(MAX_TOKENS.search(body).group(1)) - 1
     gap = float(found.group(1)) if (found := GAP.search(body)) else 0.0
     chunk = CHAT if chat else COMPLETION
+    first = CHAT_ROLE + chunk if chat else chunk
+    if not chat and b'"return_token_ids":true' in body and (ids := PROMPT_IDS.search(body)):
+        first = frame(COMPLETION_EVENT.replace('"prompt_token_ids":null', '"prompt_token_ids":' + ids.group(1).decode()))
     writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-                 + (CHAT_ROLE if chat else b"") + chunk)
+                 + first)
     due = time.perf_counter()
     for i in range(n - 1):
         if gap:

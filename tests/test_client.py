@@ -12,6 +12,7 @@ import statistics
 
 import pytest
 
+from sparknb import metrics
 from sparknb.client import Endpoint
 from sparknb.errors import EndpointError
 from sparknb.prompts import PromptMaker
@@ -115,12 +116,14 @@ def test_decode_at_3000_tokens_is_timed_as_vllm_times_it(tiny_dense, dense_key):
 
     TTFT: vLLM's per-request TTFT runs from the request's scheduling, so its queue time is added; queue +
     TTFT then runs from the engine's receipt of the request to its first token. What the client sees
-    beyond that is what vLLM's own clocks cannot: its API server reading the request (3,000 token ids as
-    JSON) and handing it to the engine, and the first token's way back through the API server and the
-    loopback, plus the client's own cost, under 0.3 ms at 3,000 tokens (bench/client_ttft.py). 5 ms
-    bounds all of it: the openai package's path alone cost 47 ms here. The median of five requests is
-    compared, so that one request held up by the machine's scheduler (two cores shared by the server's
-    two processes and the test) does not decide it.
+    beyond that is what vLLM's engine clock cannot: its API server reading the request (3,000 token ids
+    as JSON) and handing it to the engine, and the first token's way back through the API server and the
+    loopback, plus the client's own cost, under 0.5 ms at 3,000 tokens (bench/client_ttft.py). 5 ms
+    bounds all of it: the openai package's path alone cost 44 to 95 ms here. The median of five requests
+    is compared, so that one request held up by the machine's scheduler (two cores shared by the
+    server's two processes and the test) does not decide it. On failure the message splits the excess
+    at vLLM's TTFT histogram, which runs on the API server's clock from the request's arrival: the part
+    before it is HTTP and the client, the part after it the API server's hand-off to its engine.
     ms/token: first to last token over the tokens between them, against vLLM's generation time (first to
     last output token, in the engine) over the same tokens. Both clocks see the same tokens; only the
     delivery of the first and the last chunk can differ, a few ms over 256 tokens of 4 to 8 ms each: 1%.
@@ -128,11 +131,19 @@ def test_decode_at_3000_tokens_is_timed_as_vllm_times_it(tiny_dense, dense_key):
     ep = Endpoint(tiny_dense.url, "tiny-dense", api_key=dense_key)
     maker = PromptMaker(ep.tokenize, seed=21)
     ep.complete(maker.make(64), max_tokens=8)
-    answers = [ep.complete(maker.make(3000), max_tokens=256) for _ in range(5)]
+    answers, split = [], []
+    for _ in range(5):
+        before = ep.metrics()
+        answers.append(done := ep.complete(maker.make(3000), max_tokens=256))
+        arrival_ttft = metrics.settled(ep.metrics, before).mean(metrics.TTFT)  # this one request's, from arrival
+        engine = done.server["queue_s"] + done.server["ttft_s"]
+        split.append((1000 * (done.ttft_s - engine), 1000 * (done.ttft_s - arrival_ttft), 1000 * (arrival_ttft - engine)))
     assert all(d.prompt_tokens == 3000 and d.completion_tokens == 256 and d.server for d in answers)
-    beyond = [1000 * (d.ttft_s - d.server["queue_s"] - d.server["ttft_s"]) for d in answers]
+    beyond = [b for b, _, _ in split]
     assert all(b > 0 for b in beyond), beyond  # the client cannot see a token before the engine made it
-    assert statistics.median(beyond) <= 5, f"TTFT beyond vLLM's queue + TTFT, ms: {beyond}"
+    assert statistics.median(beyond) <= 5, ("TTFT beyond vLLM's queue + TTFT, ms, each = (HTTP and the client) + "
+                                            "(the API server's hand-off): "
+                                            + "; ".join(f"{b:.1f} = {h:.1f} + {a:.1f}" for b, h, a in split))
     client = sum(d.decode_s for d in answers) / sum(d.decode_tokens for d in answers)
     server = sum(d.server["decode_s"] for d in answers) / sum(d.completion_tokens - 1 for d in answers)
     assert abs(client / server - 1) < 0.01, f"ms/token: client {1000 * client:.3f}, vLLM {1000 * server:.3f}"
