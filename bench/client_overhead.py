@@ -14,16 +14,17 @@ caller's thread), one and many streams through stream.batch (load and MMLU-Pro: 
 thread of its own), the openai package's streaming client for reference (what decode, prefill and mtp
 used to go through), and the floor: a bare blocking socket read of the same bytes, no parsing at all.
 
-Why a paced chunk costs more than a back-to-back one, measured here (2-core VM shared with other work,
-2 ms pacing): the floor, a thread that sleeps in the kernel and wakes for each chunk with no parsing at
-all, costs 19 to 34 us a chunk, against 1 back to back: the machine's price of a wake-up. A paced chunk
-through either client then costs 75 to 100 us, one wake-up and one cold pass through the reader (back
-to back the same code runs hot, 8 to 13 us). The 130 to 180 us this script used to print for one paced
-asyncio stream was partly the request's own cost spread over its chunks (a full garbage collection and
-a thread before each batch: 60 to 80 ms of CPU, now shown apart as ms/request) and partly asyncio's
-fresh 256 KiB buffer per read, which glibc maps and unmaps (mmap, mremap, munmap on every chunk: strace
-counts one of each; about 10 us), now a buffer of its own (BufferedProtocol). The openai package's
-path, which decode, prefill and mtp used to take, costs 200 to 260 us a paced chunk.
+Why a paced chunk costs more than a back-to-back one, measured here (2-core VM, quiet or shared with
+other work, 2 ms pacing): the floor, a thread that sleeps in the kernel and wakes for each chunk with no
+parsing at all, costs 17 to 34 us a chunk, against 1 to 3 back to back: the machine's price of a
+wake-up. The single-stream client then costs 66 to 88 us a paced chunk (7 to 17 back to back: the same
+code, run hot), one wake-up and one cold pass through the reader; the asyncio client 82 to 114, its
+loop's own turn on top. The 130 to 180 us this script used to print for one paced asyncio stream was
+largely the request's own cost spread over its chunks (a full garbage collection and a thread before
+each batch: 60 to 90 ms of CPU, now shown apart as ms/request); measured without it, the old asyncio
+client cost 88 to 120 us, and its fresh 256 KiB buffer per read (mmap, mremap and munmap on every chunk,
+which strace counts) is gone, within this machine's noise. The openai package's path, which decode,
+prefill and mtp used to take, costs 200 to 360 us a paced chunk and 70 to 95 back to back.
 
     python bench/client_overhead.py            # every mode; the last lines are the table and the headline
 """

@@ -14,9 +14,9 @@ Timing rules that keep the numbers true:
   as `Completion.server`.
 
 One stream is read in the caller's own thread, on a blocking socket (see sparknb.wire for why), with
-no openai package in the way: its client spent 16 to 22 us of CPU per prompt token before a request
-of token ids left (240 ms of TTFT at 10,714 tokens), and 70 to 190 us per chunk (bench/client_ttft.py
-and bench/client_overhead.py keep it as the reference).
+no openai package in the way: its client spent 9 to 42 us of CPU per prompt token before a request of
+token ids left (97 to 456 ms of TTFT at 10,714 tokens on a 2-core box), and 70 to 95 us per chunk back to
+back, 200 to 360 paced (bench/client_ttft.py and bench/client_overhead.py keep it as the reference).
 
 Servers beyond vLLM (`transformers serve`, ...) have the OpenAI API but not vLLM's side doors. A
 server without /version gets none of vLLM's request fields (its Dialect is PLAIN); without /tokenize,

@@ -1,13 +1,13 @@
-"""The asyncio streaming client: many streamed requests at once, timed chunk by chunk, microseconds a chunk.
+"""The asyncio streaming client: many streamed requests at once, timed chunk by chunk, tens of microseconds a chunk.
 
 Each request has a connection of its own, read by an asyncio BufferedProtocol through the same reader
 as the single-stream client (sparknb.wire: the request serialized before the clock, the clock started
 as it is written, each read stamped as it arrives, one timing rule, the same errors in the same words).
-Reads land in a buffer of the exchange's own: with a plain Protocol asyncio makes a fresh 256 KiB bytes
-object per read, which glibc maps, shrinks and unmaps each time (three system calls on every chunk; about
-10 us of a paced chunk's 90). What a paced single stream costs here is the wake-up and a cold pass through
-the reader, as for the single-stream client (see sparknb.wire); with many streams one wake-up serves
-several chunks (20 to 25 us a chunk at 16 streams paced at 2 ms: bench/client_overhead.py).
+Reads land in a buffer of the exchange's own (asyncio's plain Protocol makes a fresh 256 KiB bytes object
+per read, which glibc maps, shrinks and unmaps: three system calls on every chunk). A paced single
+stream still costs 80 to 115 us of CPU a chunk here: the wake-up and a cold pass through the reader,
+as for the single-stream client (see sparknb.wire), plus the loop's own turn; with many streams one
+wake-up serves several chunks (20 to 30 us a chunk at 16 streams paced at 2 ms: bench/client_overhead.py).
 `batch()` sends many requests at a fixed concurrency in one call, on an event loop of its own thread
 (a notebook's kernel runs one in the main thread, and the chunks' clock must not wait on it).
 """
@@ -136,8 +136,10 @@ class AsyncEndpoint:
         # Written on the loop's next turn, once this task waits: the loop's own work then comes before the
         # request leaves, not after it, where it would hold up a server process woken on this core.
         loop.call_soon(exchange.send)
-        try:
-            await asyncio.wait_for(exchange.finished, self.timeout)
+        try:  # asyncio.timeout, not wait_for: in Python 3.11 wait_for swallows a cancellation that lands as
+            # its future completes, and a watcher cancelled so would never end (nor the loop that awaits it)
+            async with asyncio.timeout(self.timeout):
+                await exchange.finished
         except TimeoutError:
             raise wire.late(self.shown, self.timeout, sink) from None
         except ValueError as e:

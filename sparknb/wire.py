@@ -12,12 +12,13 @@ blocking socket), stream.AsyncEndpoint reads many at once on an event loop. Eith
 
 Why a blocking socket for one stream, measured against the two other designs on this 2-core VM (a
 server that answers at once, bench/fake_vllm.py, interleaved runs): paced at 2 ms a chunk, as a
-decoding server sends them, each design pays about the same per chunk, 80 to 95 us of CPU, since every
+decoding server sends them, each design pays about the same per chunk, 85 to 95 us of CPU, since every
 chunk is one wake-up of a sleeping thread and one cold pass through this reader either way (a bare
-read of the same bytes, no parsing, costs 19 to 34 us). They differ around the request: the TTFT the
-client adds at 3,000 prompt tokens is 0.06 to 0.2 ms here, 0.7 to 1.1 ms through a persistent event-loop
-thread (the hop to it and back), and an event loop per call costs 30 ms of CPU a request (its thread,
-its loop, a full garbage collection first). No event loop, no thread hop: the caller's own thread reads.
+read of the same bytes, no parsing, costs 17 to 34 us). They differ around the request: the TTFT the
+client adds at 3,000 prompt tokens is 0.1 to 0.3 ms here, 0.7 to 1.1 ms through a persistent event-loop
+thread (the hop to it and back), and an event loop per call, though as quick, costs 30 ms of CPU a
+request (its thread, its loop, a full garbage collection first). So: no event loop, no thread hop; the
+caller's own thread reads.
 """
 
 from __future__ import annotations

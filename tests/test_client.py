@@ -119,7 +119,7 @@ def test_decode_at_3000_tokens_is_timed_as_vllm_times_it(tiny_dense, dense_key):
     beyond that is what vLLM's engine clock cannot: its API server reading the request (3,000 token ids
     as JSON) and handing it to the engine, and the first token's way back through the API server and the
     loopback, plus the client's own cost, under 0.5 ms at 3,000 tokens (bench/client_ttft.py). 5 ms
-    bounds all of it: the openai package's path alone cost 44 to 95 ms here. The median of five requests
+    bounds all of it: the openai package's path alone cost 28 to 95 ms here. The median of five requests
     is compared, so that one request held up by the machine's scheduler (two cores shared by the
     server's two processes and the test) does not decide it. On failure the message splits the excess
     at vLLM's TTFT histogram, which runs on the API server's clock from the request's arrival: the part

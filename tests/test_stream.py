@@ -43,7 +43,12 @@ class _Fake(FakeHandler):
     lock = threading.Lock()
 
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        try:
+            self._answer(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        except (BrokenPipeError, ConnectionResetError):  # the client hung up, as a cancelled one does
+            pass
+
+    def _answer(self, body: dict) -> None:
         model = body["model"]
         if model == "key" and self.headers.get("Authorization") != "Bearer right":
             return self.send_body(401, json.dumps({"error": {"message": "bad key"}}))
