@@ -156,7 +156,9 @@ def test_a_starved_client_is_marked_and_never_read_as_the_servers_limit(tiny_den
     table = load.summarize(records, plan.slo_ttft_s, plan.slo_tpot_s, plan.percentiles)
     notes = load.findings(table, records, plan, note, [])
     study.finish(load.summary(table, plan, notes, []))
-    assert table.loc["2 in flight", "saturated"] and "busy" in table.loc["2 in flight", "why"]
+    row = table.loc["2 in flight"]
+    assert row["saturated"] and "busy" in row["why"], (  # the server may pack tokens into fewer chunks
+        f"loop CPU {row['client loop CPU %']:.0f}%, {row['tokens/chunk']:.2f} tokens/chunk, why: {row['why']}")
     marked = [f.text for f in notes if f.level == "marked"]
     assert any("could not keep up" in t and "not the server's" in t for t in marked)
     assert load.knee(table) is None
