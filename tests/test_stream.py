@@ -180,9 +180,9 @@ def test_the_servers_own_timings_come_with_the_answer(tiny_dense, dense_key):
     assert server is not None and server["decode_s"] > 0 and server["ttft_s"] > 0 and server["queue_s"] >= 0
     assert server["queue_s"] + server["ttft_s"] <= answer.ttft_s  # the server's clock starts after ours
     gaps = [b - a for a, b in zip(answer.chunk_times, answer.chunk_times[1:])]
-    # On failure, the largest gap between chunks tells a stalled delivery (one long gap) from a slow client.
+    # On failure, the largest gap between two chunks tells a stalled delivery (one long gap) from a slow client.
     assert abs(answer.decode_s / server["decode_s"] - 1) < 0.1, \
-        f"client {answer.decode_s:.3f} s, server {server['decode_s']:.3f} s; largest chunk gap {max(gaps):.3f} s"
+        f"client {answer.decode_s:.3f} s, server {server['decode_s']:.3f} s; largest gap between two chunks {max(gaps):.3f} s"
 
 
 @pytest.mark.server
