@@ -1,33 +1,41 @@
 """The endpoint client: one streamed request, timed chunk by chunk, plus the server's side doors.
 
 Timing rules that keep the numbers true:
-- TTFT runs from sending to the first chunk that carries text (content or reasoning); a chunk with
-  only the role is not a token.
+- The request is built and serialized before the clock starts; the clock starts when its bytes are
+  written, and every read is stamped as it returns (sparknb.wire, the same reader as the asyncio client's).
+- TTFT runs from sending to the first chunk that carries text (content or reasoning) or tokens; a chunk
+  with only the role is not a token.
 - Decode speed is the server's own token count (usage) over the time from the first to the last
   token, so a chunk holding several tokens (speculative decoding) is counted right. Without usage
   the token count is left unknown rather than guessed from chunks.
 - vLLM is asked for the token ids of each chunk (`return_token_ids`): a token whose text is empty
   (a special token, half of a UTF-8 character) still counts, and the tokens in each chunk are known.
+- vLLM's own timings of the request (--enable-per-request-metrics, in the final usage chunk) come back
+  as `Completion.server`.
+
+One stream is read in the caller's own thread, on a blocking socket (see sparknb.wire for why), with
+no openai package in the way: its client spent 9 to 42 us of CPU per prompt token before a request of
+token ids left (97 to 456 ms of TTFT at 10,714 tokens on a 2-core box), and 70 to 95 us per chunk back to
+back, 200 to 360 paced (bench/client_ttft.py and bench/client_overhead.py keep it as the reference).
 
 Servers beyond vLLM (`transformers serve`, ...) have the OpenAI API but not vLLM's side doors. A
-server without /version gets none of vLLM's request extensions; without /tokenize, prompts are
-counted by the local tokenizer the model's params name and sent as text; without /metrics, every
-counter reads as unknown (None), never zero. What a server lacks is listed in ServerInfo.
+server without /version gets none of vLLM's request fields (its Dialect is PLAIN); without /tokenize,
+prompts are counted by the local tokenizer the model's params name and sent as text; without /metrics,
+every counter reads as unknown (None), never zero. What a server lacks is listed in ServerInfo.
 """
 
 from __future__ import annotations
 
 import json
-import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 import httpx
-import openai
 
+from . import wire
 from .errors import EndpointError
 from .metrics import Snapshot
-from .redaction import redact
 from .tokenizer import LocalTokenizer, load
 
 NOT_AVAILABLE = "not available from this server"
@@ -70,6 +78,7 @@ class Completion:
     text: str = ""
     reasoning: str = ""
     finish_reason: str | None = None
+    server: dict | None = None  # vLLM's own timings: queue_s, ttft_s (from scheduled), decode_s, itl_s, ...
 
     @property
     def decode_s(self) -> float | None:
@@ -95,7 +104,7 @@ class Completion:
 
     def add_chunk(self, t: float, text: str, reasoning: str, tokens: int | None) -> None:
         """A chunk that carries text or tokens, `t` seconds after sending: TTFT is the first such chunk.
-        The one place of the timing rule, for the synchronous client and the asyncio one alike."""
+        The one place of the timing rule, for the single-stream client and the asyncio one alike."""
         self.text, self.reasoning = self.text + text, self.reasoning + reasoning
         self.chunk_times.append(t)
         self.chunk_tokens.append(tokens)
@@ -107,30 +116,66 @@ class Completion:
                                "decode_tokens_per_s": self.decode_tokens_per_s}
 
 
+def _vllm_fields(ignore_eos: bool, max_tokens: int) -> dict:
+    return {"return_token_ids": True, "ignore_eos": ignore_eos}
+
+
+def _plain_fields(ignore_eos: bool, max_tokens: int) -> dict:
+    return {"generation_config": json.dumps({"min_new_tokens": max_tokens})} if ignore_eos else {}
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What one kind of server wants in a request beyond OpenAI's fields: the one place they are built,
+    for both clients. `token_prompts`: a prompt may be a list of token ids (else it goes as text)."""
+
+    name: str
+    token_prompts: bool
+    request_fields: Callable[[bool, int], dict]  # (ignore_eos, max_tokens) -> the request's extra fields
+
+
+VLLM = Dialect("vLLM", True, _vllm_fields)
+# A server without vLLM's fields asks for a fixed answer length in transformers serve's way (a generation
+# config with min_new_tokens): a server that refuses fields it does not know would refuse vLLM's, and
+# one that ignores it may stop early.
+PLAIN = Dialect("OpenAI API only", False, _plain_fields)
+
+
+def answer_fields(dialect: Dialect, max_tokens: int, temperature: float, stop: list[str] | None,
+                  ignore_eos: bool, extra: dict) -> dict:
+    """The fields of a request besides its prompt, for both clients: OpenAI's, the dialect's, the caller's."""
+    return {"max_tokens": max_tokens, "temperature": temperature, "stop": stop,
+            **dialect.request_fields(ignore_eos, max_tokens), **extra}
+
+
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 class Endpoint:
-    """An OpenAI-compatible server and one model on it."""
+    """An OpenAI-compatible server and one model on it: its side doors, and one timed stream at a time."""
 
     def __init__(self, url: str, model: str, api_key: str | None = None, timeout: float = 600.0,
                  tokenizer: str | None = None):
-        self.url = url.rstrip("/")
+        self.route = wire.Route(url, api_key)
+        self.url = self.route.url
         self.root_url = self.url.removesuffix("/v1")
-        self.shown = redact(self.url)  # the URL in messages: a password in it never reaches an error text
+        self.shown = self.route.shown  # the URL in messages: a password in it never reaches an error text
         self.shown_root = self.shown.removesuffix("/v1")
-        self.model = model
+        self.model, self.timeout = model, timeout
         self.tokenizer = tokenizer  # the params' local tokenizer, for a server without /tokenize
         self.not_available: dict[str, str] = {}  # side doors this server was found to lack
-        self.extensions = True  # vLLM's request extensions (ignore_eos, return_token_ids); off without /version
+        self.dialect = VLLM  # what its requests carry beyond OpenAI's fields; PLAIN once info() finds no /version
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=self.root_url, headers=headers, timeout=timeout)
-        self._openai = openai.OpenAI(base_url=self.url, api_key=api_key or "none", timeout=timeout, max_retries=0)
+
+    @property
+    def extensions(self) -> bool:
+        """Whether vLLM's own request fields are sent."""
+        return self.dialect is VLLM
 
     def close(self) -> None:
         self._http.close()
-        self._openai.close()
 
     # -- the side doors -------------------------------------------------------------------------
 
@@ -138,11 +183,7 @@ class Endpoint:
         try:
             r = self._http.request(kw.pop("method", "GET"), path, **kw)
         except httpx.HTTPError as e:
-            raise EndpointError(
-                f"Cannot reach the endpoint at {self.shown_root} ({type(e).__name__}: {e}). Is the server "
-                "running? Start a tiny one with `sparknb serve tiny-dense`, or fix `endpoint` in the "
-                "model's params file."
-            ) from None
+            raise wire.unreachable(self.shown_root, e) from None
         if r.status_code == 401:
             raise EndpointError(f"{self.shown_root}{path} refused the API key (401). Set the environment "
                                 "variable named by api_key_env in the model's params to the server's key.")
@@ -164,7 +205,7 @@ class Endpoint:
         version = self._get("/version")
         if version.status_code in ABSENT:  # not vLLM: find out now which other side doors it lacks
             self._lacks("/version")
-            self.extensions = False
+            self.dialect = PLAIN
             self.metrics()
             self._tokenize({"prompt": "a", "add_special_tokens": False})
         return ServerInfo(
@@ -228,63 +269,24 @@ class Endpoint:
                  ignore_eos: bool = True, stop: list[str] | None = None, **extra) -> Completion:
         """A text completion; a list of token ids is sent as is, so its length is exact.
 
-        A server without vLLM's extensions takes text only: the ids are sent as the local tokenizer's
-        text for them (the server's prompt count in usage shows whether it read them back the same).
+        A server that takes no token ids (Dialect.token_prompts) gets the local tokenizer's text for
+        them (the server's prompt count in usage shows whether it read them back the same).
         """
-        if isinstance(prompt, list) and not self.extensions:
+        if isinstance(prompt, list) and not self.dialect.token_prompts:
             prompt = self.local_tokenizer().decode(prompt)
-        return self._stream(self._openai.completions.create, prompt=prompt, max_tokens=max_tokens,
-                            temperature=temperature, stop=stop, extra_body=self._extras(ignore_eos, max_tokens, extra))
+        return self._stream("/completions", {"prompt": prompt, **answer_fields(
+            self.dialect, max_tokens, temperature, stop, ignore_eos, extra)})
 
     def chat(self, messages: list[dict], max_tokens: int, temperature: float = 0.0,
              ignore_eos: bool = False, stop: list[str] | None = None, **extra) -> Completion:
-        return self._stream(self._openai.chat.completions.create, messages=messages, max_tokens=max_tokens,
-                            temperature=temperature, stop=stop, extra_body=self._extras(ignore_eos, max_tokens, extra))
+        return self._stream("/chat/completions", {"messages": messages, **answer_fields(
+            self.dialect, max_tokens, temperature, stop, ignore_eos, extra)})
 
-    def _extras(self, ignore_eos: bool, max_tokens: int, extra: dict) -> dict:
-        return request_fields(self.extensions, ignore_eos, max_tokens) | extra
-
-    def _stream(self, create, **kw) -> Completion:
-        done = Completion(started_at=now())
-        sent = time.perf_counter()
-        try:
-            stream = create(model=self.model, stream=True, stream_options={"include_usage": True}, **kw)
-            for chunk in stream:
-                t = time.perf_counter() - sent
-                if chunk.usage is not None:
-                    done.prompt_tokens = chunk.usage.prompt_tokens
-                    done.completion_tokens = chunk.usage.completion_tokens
-                for choice in chunk.choices:
-                    text, reasoning = _texts(choice)
-                    tokens = _token_count(choice)
-                    if choice.finish_reason:
-                        done.finish_reason = choice.finish_reason
-                    if not (text or reasoning or tokens):  # e.g. the role-only opening chunk of a chat
-                        continue
-                    done.add_chunk(t, text, reasoning, tokens)
-        except openai.APIConnectionError as e:
-            raise EndpointError(f"Lost the connection to {self.shown} ({e}); the answer so far had "
-                                f"{len(done.chunk_times)} chunks.") from None
-        except openai.APIStatusError as e:
-            raise EndpointError(f"{self.shown} refused the request ({e.status_code}): "
-                                f"{error_message(e.response.content)}") from None
-        except openai.APIError as e:  # an error event inside a stream that had started well
-            raise EndpointError(f"{self.shown} failed the request after {len(done.chunk_times)} chunks: "
-                                f"{e.message}") from None
-        if done.finish_reason is None:  # a clean end of the connection can still cut an answer short
-            raise EndpointError(f"Lost the connection to {self.shown}: the stream ended without a finish reason "
-                                f"after {len(done.chunk_times)} chunks.")
-        done.total_s = time.perf_counter() - sent
-        return done
-
-
-def request_fields(vllm: bool, ignore_eos: bool, max_tokens: int) -> dict:
-    """The request fields beyond OpenAI's: vLLM's own where it is vLLM; elsewhere a fixed answer length is
-    asked in transformers serve's way (a generation config with min_new_tokens), as a server that
-    refuses fields it does not know would refuse vLLM's, and one that ignores it may stop early."""
-    if vllm:
-        return {"return_token_ids": True, "ignore_eos": ignore_eos}
-    return {"generation_config": json.dumps({"min_new_tokens": max_tokens})} if ignore_eos else {}
+    def _stream(self, path: str, fields: dict) -> Completion:
+        """One stream, read in this thread (wire.exchange): serialized first, timed from its writing."""
+        request = self.route.post(path, self.model, fields)
+        events = wire.Events(Completion(started_at=now()))
+        return wire.finish(self.shown, wire.exchange(self.route, request, events, self.timeout), events)
 
 
 def _version(answer: httpx.Response) -> str:
@@ -292,33 +294,3 @@ def _version(answer: httpx.Response) -> str:
         return answer.json().get("version", "unknown") if answer.status_code == 200 else "unknown"
     except (ValueError, AttributeError):
         return "unknown"
-
-
-def _texts(choice) -> tuple[str, str]:
-    """Answer text and reasoning text of one streamed choice, for completions and chat alike."""
-    if hasattr(choice, "text"):
-        return choice.text or "", ""
-    delta = choice.delta
-    extra = delta.model_extra or {}
-    reasoning = extra.get("reasoning") or extra.get("reasoning_content") or ""
-    return delta.content or "", reasoning
-
-
-def _token_count(choice) -> int | None:
-    """Tokens in this chunk where the server says (vLLM with return_token_ids), else None."""
-    ids = (choice.model_extra or {}).get("token_ids")
-    return len(ids) if ids is not None else None
-
-
-def error_message(body: bytes) -> str:
-    """The server's own words in an error answer: OpenAI's error.message where it is there, else the body's start."""
-    try:
-        err = json.loads(body)
-    except ValueError:
-        err = None
-    if isinstance(err, dict):
-        err = err.get("error", err)
-        text = err.get("message") if isinstance(err, dict) else str(err)
-        if text:
-            return text
-    return body[:300].decode(errors="replace")

@@ -71,7 +71,8 @@ class Study:
             self.run.record({**tag, "error": f"{type(e).__name__}: {e}"})
             raise
         delta = metrics.settled(self.endpoint.metrics, before, 1, settle_s)
-        rec = {**tag, **done.as_dict(), "server": server_view(delta)}
+        # The server's view: its counters around the request, and its own timings of it where it gives them.
+        rec = {**tag, **done.as_dict(), "server": server_view(delta) | {"per_request": done.server}}
         rec["interference"] = metrics.interference(delta, 1, done.completion_tokens)
         self.run.record(rec)
         return rec

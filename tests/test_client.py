@@ -1,16 +1,21 @@
-"""The endpoint client's failures, each with a message a user can act on.
+"""The endpoint client: its failures, each with a message a user can act on, and its clock against vLLM's.
 
-Two tests use a fake HTTP server, because a real vLLM cannot be made to drop a stream halfway or
-answer 500 on purpose. Everything the real server can do is tested against it in test_decode.py.
+The failures use a fake HTTP server, because a real vLLM cannot be made to drop a stream halfway, cut
+a connection, answer 500 or want a password on purpose. Everything the real server can do is tested
+against it (here, in test_stream.py and in test_decode.py).
 """
 
+import base64
 import json
 import socket
+import statistics
 
 import pytest
 
+from sparknb import metrics
 from sparknb.client import Endpoint
 from sparknb.errors import EndpointError
+from sparknb.prompts import PromptMaker
 from support import FakeHandler, free_port, serve
 
 
@@ -22,17 +27,41 @@ def test_unreachable_endpoint_says_how_to_start_one():
 
 
 class _Faulty(FakeHandler):
-    """Streams three chunks and drops the connection, or answers 500, as the model name asks."""
+    """By model name: `broken` answers 500; `locked` wants a key and refuses any with 401; `cut` states a
+    length and closes after two chunks; `basic` wants the URL's password as Basic auth and answers in
+    full; any other streams three chunks and drops the connection."""
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if body["model"] == "broken":
+        model = body["model"]
+        if model == "broken":
             return self.send_body(500, json.dumps({"error": {"message": "engine died"}}))
+        if model == "locked":
+            return self.send_body(401, json.dumps({"error": {"message": "bad key"}}))
+        chunks = [f"data: {json.dumps(self._chunk(model, i))}\n\n".encode() for i in range(3)]
+        if model == "cut":
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            self.wfile.write(b"".join(chunks[:2]))
+            return self.connection.shutdown(socket.SHUT_RDWR)
+        if model == "basic":
+            if self.headers.get("Authorization") != "Basic " + base64.b64encode(b"me:canary-pw-52").decode():
+                return self.send_body(401, json.dumps({"error": {"message": "who are you"}}))
+            self.start_stream()
+            self.wfile.write(b"".join(chunks) + b'data: {"choices": [{"index": 0, "text": "", "finish_reason": '
+                             b'"length"}]}\n\ndata: [DONE]\n\n')
+            return None
         self.start_stream()
-        for i in range(3):
-            self.event({"id": "c", "object": "text_completion", "created": 0, "model": body["model"],
-                        "choices": [{"index": 0, "text": f"tok{i} ", "finish_reason": None}]})
+        for chunk in chunks:
+            self.wfile.write(chunk)
+            self.wfile.flush()
         self.connection.shutdown(socket.SHUT_RDWR)  # gone before [DONE]: a dropped stream
+
+    @staticmethod
+    def _chunk(model: str, i: int) -> dict:
+        return {"id": "c", "object": "text_completion", "created": 0, "model": model,
+                "choices": [{"index": 0, "text": f"tok{i} ", "finish_reason": None}]}
 
 
 @pytest.fixture
@@ -58,3 +87,63 @@ def test_a_server_error_carries_the_servers_message(faulty):
     with pytest.raises(EndpointError) as e:
         Endpoint(faulty, "broken").complete("hello", max_tokens=10)
     assert "500" in str(e.value) and "engine died" in str(e.value)
+
+
+def test_a_refused_key_on_the_stream_says_where_the_key_comes_from(faulty):
+    with pytest.raises(EndpointError) as e:
+        Endpoint(faulty, "locked", api_key="wrong").complete("hello", max_tokens=10)
+    assert "401" in str(e.value) and "api_key_env" in str(e.value) and "wrong" not in str(e.value)
+
+
+def test_a_connection_lost_mid_answer_says_how_many_chunks_had_come(faulty):
+    with pytest.raises(EndpointError) as e:
+        Endpoint(faulty, "cut").complete("hello", max_tokens=10)
+    assert "Lost the connection" in str(e.value) and "mid-answer" in str(e.value) and "2 chunks" in str(e.value)
+
+
+def test_a_password_in_the_url_is_sent_as_basic_auth_and_never_shown(faulty):
+    url = faulty.replace("http://", "http://me:canary-pw-52@")
+    done = Endpoint(url, "basic").complete("hello", max_tokens=10)
+    assert done.text == "tok0 tok1 tok2 " and done.finish_reason == "length"  # the server checked the header
+    with pytest.raises(EndpointError) as e:
+        Endpoint(url, "locked").complete("hello", max_tokens=10)
+    assert "canary-pw-52" not in str(e.value) and "me:***@127.0.0.1" in str(e.value)
+
+
+@pytest.mark.server
+def test_decode_at_3000_tokens_is_timed_as_vllm_times_it(tiny_dense, dense_key):
+    """decode's own path (Endpoint.complete with exact token ids) against vLLM's per-request metrics.
+
+    TTFT: vLLM's per-request TTFT runs from the request's scheduling, so its queue time is added; queue +
+    TTFT then runs from the engine's receipt of the request to its first token. What the client sees
+    beyond that is what vLLM's engine clock cannot: its API server reading the request (3,000 token ids
+    as JSON) and handing it to the engine, and the first token's way back through the API server and the
+    loopback, plus the client's own cost, under 0.5 ms at 3,000 tokens (bench/client_ttft.py). 5 ms
+    bounds all of it: the openai package's path alone cost 28 to 95 ms here. The median of five requests
+    is compared, so that one request held up by the machine's scheduler (two cores shared by the
+    server's two processes and the test) does not decide it. On failure the message splits the excess
+    at vLLM's TTFT histogram, which runs on the API server's clock from the request's arrival: the part
+    before it is HTTP and the client, the part after it the API server's hand-off to its engine.
+    ms/token: first to last token over the tokens between them, against vLLM's generation time (first to
+    last output token, in the engine) over the same tokens. Both clocks see the same tokens; only the
+    delivery of the first and the last chunk can differ, a few ms over 256 tokens of 4 to 8 ms each: 1%.
+    """
+    ep = Endpoint(tiny_dense.url, "tiny-dense", api_key=dense_key)
+    maker = PromptMaker(ep.tokenize, seed=21)
+    ep.complete(maker.make(64), max_tokens=8)
+    answers, split = [], []
+    for _ in range(5):
+        before = ep.metrics()
+        answers.append(done := ep.complete(maker.make(3000), max_tokens=256))
+        arrival_ttft = metrics.settled(ep.metrics, before).mean(metrics.TTFT)  # this one request's, from arrival
+        engine = done.server["queue_s"] + done.server["ttft_s"]
+        split.append((1000 * (done.ttft_s - engine), 1000 * (done.ttft_s - arrival_ttft), 1000 * (arrival_ttft - engine)))
+    assert all(d.prompt_tokens == 3000 and d.completion_tokens == 256 and d.server for d in answers)
+    beyond = [b for b, _, _ in split]
+    assert all(b > 0 for b in beyond), beyond  # the client cannot see a token before the engine made it
+    assert statistics.median(beyond) <= 5, ("TTFT beyond vLLM's queue + TTFT, ms, each = (HTTP and the client) + "
+                                            "(the API server's hand-off): "
+                                            + "; ".join(f"{b:.1f} = {h:.1f} + {a:.1f}" for b, h, a in split))
+    client = sum(d.decode_s for d in answers) / sum(d.decode_tokens for d in answers)
+    server = sum(d.server["decode_s"] for d in answers) / sum(d.completion_tokens - 1 for d in answers)
+    assert abs(client / server - 1) < 0.01, f"ms/token: client {1000 * client:.3f}, vLLM {1000 * server:.3f}"

@@ -9,6 +9,7 @@ exactly how many requests are open at once.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import socket
 import threading
@@ -17,7 +18,7 @@ import time
 import pytest
 
 from sparknb import stream
-from sparknb.client import Endpoint
+from sparknb.client import Completion, Endpoint
 from sparknb.errors import EndpointError
 from support import FakeHandler, free_port, serve
 
@@ -42,7 +43,12 @@ class _Fake(FakeHandler):
     lock = threading.Lock()
 
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        try:
+            self._answer(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        except (BrokenPipeError, ConnectionResetError):  # the client hung up, as a cancelled one does
+            pass
+
+    def _answer(self, body: dict) -> None:
         model = body["model"]
         if model == "key" and self.headers.get("Authorization") != "Bearer right":
             return self.send_body(401, json.dumps({"error": {"message": "bad key"}}))
@@ -78,7 +84,7 @@ def fake():
         yield url
 
 
-def _complete(url: str, model: str, **kw) -> stream.Streamed:
+def _complete(url: str, model: str, **kw) -> Completion:
     endpoint = stream.AsyncEndpoint(url, model, **kw)
     return stream.run(lambda: endpoint.complete([1, 2, 3], max_tokens=4))
 
@@ -174,9 +180,9 @@ def test_the_servers_own_timings_come_with_the_answer(tiny_dense, dense_key):
     assert server is not None and server["decode_s"] > 0 and server["ttft_s"] > 0 and server["queue_s"] >= 0
     assert server["queue_s"] + server["ttft_s"] <= answer.ttft_s  # the server's clock starts after ours
     gaps = [b - a for a, b in zip(answer.chunk_times, answer.chunk_times[1:])]
-    # On failure, the largest gap between chunks tells a stalled delivery (one long gap) from a slow client.
+    # On failure, the largest gap between two chunks tells a stalled delivery (one long gap) from a slow client.
     assert abs(answer.decode_s / server["decode_s"] - 1) < 0.1, \
-        f"client {answer.decode_s:.3f} s, server {server['decode_s']:.3f} s; largest chunk gap {max(gaps):.3f} s"
+        f"client {answer.decode_s:.3f} s, server {server['decode_s']:.3f} s; largest gap between two chunks {max(gaps):.3f} s"
 
 
 @pytest.mark.server
@@ -185,3 +191,25 @@ def test_a_chats_role_only_chunk_is_not_a_token(tiny_dense, dense_key):
     answer = stream.run(lambda: endpoint.chat([{"role": "user", "content": "hello"}], max_tokens=6, ignore_eos=True))
     assert answer.completion_tokens == 6 == sum(answer.chunk_tokens) and len(answer.chunk_times) <= 6
     assert answer.ttft_s == answer.chunk_times[0]
+
+
+def test_a_task_left_running_is_cancelled_and_awaited_before_the_loop_closes(fake, capfd):
+    """A background task its coroutine forgot (a sampler, a probe) must not outlive the loop: asyncio
+    would report it destroyed while pending, later, in whatever output is open then."""
+    ended = []
+
+    async def forgetful():
+        async def sampler():
+            try:
+                while True:
+                    await stream.AsyncEndpoint(fake, "whole").complete([1], max_tokens=4)
+            finally:
+                ended.append("cleaned up")
+
+        asyncio.ensure_future(sampler())
+        await asyncio.sleep(0.05)
+        return "done"
+
+    assert stream.run(forgetful) == "done" and ended == ["cleaned up"]
+    gc.collect()
+    assert "Task was destroyed" not in capfd.readouterr().err

@@ -2,8 +2,10 @@
 
 One user at a time shows what a model does alone; a server earns its keep with many. Each level keeps
 a number of requests in flight (or sends them at a seeded Poisson rate) for a count or a duration,
-after a warmup (measure), on the asyncio client of sparknb.stream. Per level: aggregate and per-user
-tok/s, TTFT, ITL and end-to-end percentiles, goodput under an SLO, and the server's own gauges over
+after a warmup (measure), on the asyncio client of sparknb.stream. Per level: aggregate tok/s and
+goodput over two named windows (steady, without the warmup wave, and all requests), each checked
+against the server's own count of generated tokens (windows); per-user tok/s; TTFT, TPOT, ITL and E2E
+as vllm bench serve defines them, means and chosen percentiles; and the server's own gauges over
 time (tables). Every level checks the client itself: its loop's CPU share and lag, and its timings
 against the server's own for the same requests; a level whose client could not keep up is marked,
 never reported as the server's limit (findings). Earlier runs of other models are set beside this
@@ -16,11 +18,11 @@ from .measure import arrivals, request_record, sweep
 from .plan import DEFAULT_CONCURRENCY, NOTEBOOK, Level, Plan, kv_capacity
 from .plots import plot_levels, plot_tradeoff
 from .prompts import Prompts, make_prompts
-from .tables import CHECKS, SERVER, THROUGHPUT, knee, level_row, ratios, saturation, summarize
+from .tables import CHECKS, PERCENTILES, SERVER, knee, level_row, ratios, saturation, summarize, throughput_columns
 
 __all__ = [
-    "CHECKS", "SERVER", "THROUGHPUT", "DEFAULT_CONCURRENCY", "NOTEBOOK", "Comparison", "Level", "Plan", "Prompts",
+    "CHECKS", "PERCENTILES", "SERVER", "DEFAULT_CONCURRENCY", "NOTEBOOK", "Comparison", "Level", "Plan", "Prompts",
     "arrivals", "compare", "findings",
     "knee", "kv_capacity", "level_row", "make_prompts", "plot_levels", "plot_tradeoff", "ratios", "request_record",
-    "saturation", "summarize", "summary", "sweep",
+    "saturation", "summarize", "summary", "sweep", "throughput_columns",
 ]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ...run import PastRun
-from .tables import ratios, summarize
+from .tables import PERCENTILES, ratios, summarize
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,8 @@ def compare(table: pd.DataFrame, past: list[PastRun]) -> list[Comparison]:
     out = []
     for run in past:
         settings = run.settings
-        theirs = summarize(run.records, settings.get("slo_ttft_s", 2.0), settings.get("slo_tpot_s", 0.1))
+        theirs = summarize(run.records, settings.get("slo_ttft_s", 2.0), settings.get("slo_tpot_s", 0.1),
+                           settings.get("percentiles", PERCENTILES))
         out.append(Comparison(run.label, run.id, theirs, ratios(table, theirs)))
     return out
 

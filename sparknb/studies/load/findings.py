@@ -9,6 +9,9 @@ from ...report import Finding, as_records, info, warning
 from .compare import Comparison, as_rows
 from .plan import Plan
 from .tables import AGREEMENT_PCT, LAG_LIMIT_S, knee
+from .windows import ALL, STEADY
+
+WINDOWS = (STEADY, ALL)
 
 CHECKED = ("decode vs server %", "E2E vs server %")
 
@@ -24,7 +27,7 @@ def findings(table: pd.DataFrame, records: list[dict], plan: Plan, note: str | N
                                        "these figures show the self-check, not the server."))
     for name, row in table.iterrows():
         notes += _level(name, row, levels[name])
-    notes += _agreement(table) + _knee(table, plan) + _tokens(records, plan)
+    notes += _agreement(table) + window_check(table) + _knee(table, plan) + _tokens(records, plan)
     for c in comparisons:
         notes += _comparison(c)
     return notes
@@ -57,7 +60,7 @@ def _level(name: str, row: pd.Series, level: dict) -> list[Finding]:
         notes.append(warning(f"{name}: the server never ran {row['level']:g} requests at once (at most {running:g}, "
                              f"waiting up to {row.get('waiting max')}): it admits fewer (max_num_seqs or memory), "
                              "so this level measures its queue."))
-    if row.get("preemptions"):
+    if _known(row.get("preemptions")):
         notes.append(warning(f"{name}: the server preempted {row['preemptions']:g} request(s) (its KV cache was "
                              "full); their latencies include recomputing them."))
     return notes
@@ -87,21 +90,58 @@ def _agreement(table: pd.DataFrame) -> list[Finding]:
                     "between the server's clock and the client's (HTTP, the network).")]
 
 
+def window_check(table: pd.DataFrame) -> list[Finding]:
+    """Aggregate tok/s over each window against the server's own count of generated tokens over the same."""
+    kept = table[~table["saturated"]] if "saturated" in table else table
+    if kept.empty or "tok/s vs server % (all)" not in kept:
+        return []
+    found = {w: kept[f"tok/s vs server % ({w})"].dropna() for w in WINDOWS}
+    if all(v.empty for v in found.values()):
+        return [warning("The server's count of generated tokens could not be read over the levels' windows, so "
+                        "aggregate tok/s is not checked against the server's.")]
+    spread = kept["server count ± % (steady)"].dropna() if "server count ± % (steady)" in kept else kept.iloc[:0]
+    said = "; ".join(f"{w} {'window' if w == STEADY else 'requests'} within {v.abs().max():.1f}%"
+                     + (f" (the server's readings around its edges allow up to ±{spread.max():.1f}%)"
+                        if w == STEADY and len(spread) else "")
+                     for w, v in found.items() if not v.empty)
+    text = (f"Aggregate tok/s against the server's own count of generated tokens over the same windows, at every "
+            f"level whose client kept up: {said}.")
+    off = [f"{name} ({w}) {row[f'tok/s vs server % ({w})']:+.1f}%" for name, row in kept.iterrows() for w in WINDOWS
+           if _beyond(row[f"tok/s vs server % ({w})"], row.get(f"server count ± % ({w})"))]
+    if not off:
+        return [info(text)]
+    return [warning(f"{text} Beyond {AGREEMENT_PCT:g}% and beyond what the server's readings around the window's "
+                    f"edges allow: {'; '.join(off)}. The tokens reached the client at other times than the server "
+                    "made them (late stamps, a burst), or the server also made tokens for another client.")]
+
+
+def _known(value) -> bool:
+    """A figure that was read and is not zero (a table holds an unread one as NaN)."""
+    return value is not None and not pd.isna(value) and bool(value)
+
+
+def _beyond(pct, spread) -> bool:
+    if pct is None or pd.isna(pct):
+        return False
+    return abs(pct) > max(AGREEMENT_PCT, 0.0 if spread is None or pd.isna(spread) else spread) + 1e-9
+
+
 def _knee(table: pd.DataFrame, plan: Plan) -> list[Finding]:
-    slo = f"TTFT at most {plan.slo_ttft_s:g} s and {1000 * plan.slo_tpot_s:g} ms per output token"
+    slo = f"TTFT at most {plan.slo_ttft_s:g} s and TPOT at most {1000 * plan.slo_tpot_s:g} ms"
     name = knee(table)
     if name is None:
         return [warning(f"No level kept a request within the SLO ({slo}), so there is no knee.")]
     row = table.loc[name]
-    return [info(f"The knee is {name}: {row['goodput req/s']:.2f} requests/s within the SLO ({slo}), "
-                 f"{row['aggregate tok/s']:.1f} tok/s in all at {row['per-user tok/s p50']:.1f} tok/s per user.")]
+    return [info(f"The knee is {name}: {row['goodput req/s (steady)']:.2f} requests/s within the SLO ({slo}), "
+                 f"{row['aggregate tok/s (steady)']:.1f} tok/s in all at {row['per-user tok/s p50']:.1f} tok/s per user "
+                 "(steady window: the warmup wave left out).")]
 
 
 def _tokens(records: list[dict], plan: Plan) -> list[Finding]:
     answered = [r for r in records if r.get("kind") == "request" and "error" not in r]
     notes = []
     if any(r.get("completion_tokens") is None for r in answered):
-        notes.append(warning("The server sent no usage for some answers: their token counts, tok/s and ITL are "
+        notes.append(warning("The server sent no usage for some answers: their token counts, tok/s and TPOT are "
                              "unknown, not guessed."))
     if plan.source.tokens:
         off = sorted({r["prompt_tokens"] for r in answered if r.get("prompt_tokens") != plan.prompt_tokens},

@@ -1,10 +1,13 @@
 """The sweep: each level's requests, the server's gauges sampled meanwhile, and the client checking itself.
 
 All of a level runs on one event loop (sparknb.stream): the requests, a sampler of the server's
-/metrics gauges (requests running and waiting, KV-cache use, preemptions), and a probe of the loop's
-own lag. Every request is recorded as it ends, by a writer thread, so the loop never waits on a disk;
-then the level itself, with the share of the time its loop was busy, how late it woke, and the
-server's counters around the whole level.
+/metrics (requests running and waiting, KV-cache use, preemptions, and its count of generated tokens,
+which checks the level's tok/s over any window), and a probe of the loop's own lag. The server is read
+once more just before the first request and once just after the last answer, so that every window of
+the level lies between two readings. Both watchers are cancelled and awaited before the level ends:
+none is left behind to be destroyed with the loop. Every request is recorded as it ends, by a writer
+thread, so the loop never waits on a disk; then the level itself, with the share of the time its loop
+was busy, how late it woke, and the server's counters around the whole level.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ SAMPLE_S = 0.5  # how often the server's gauges are read during a level
 PROBE_S = 0.01  # the lag probe's sleep
 KV_USE = "vllm:kv_cache_usage_perc"
 PREEMPTIONS = "vllm:num_preemptions_total"
-GAUGES = (metrics.RUNNING, metrics.WAITING, KV_USE, PREEMPTIONS)
+GAUGES = (metrics.RUNNING, metrics.WAITING, KV_USE, PREEMPTIONS, metrics.GENERATED)  # a sample: [t, *GAUGES]
 DROPPED = ("text", "reasoning")  # random-weight noise at best; the lengths are kept
 
 
@@ -45,7 +48,8 @@ def sweep(study: Study, plan: Plan, *, on_chunk: Callable[[], None] | None = Non
                 rec, requests = _measure(study, endpoint, plan, level, writer)
                 rec |= {"kv_capacity": capacity, "loaded_on_purpose": on_chunk is not None}
                 writer.put(rec)
-                log(f"[{k}/{len(levels)}] " + level_line(rec, requests, plan.slo_ttft_s, plan.slo_tpot_s))
+                log(f"[{k}/{len(levels)}] " + level_line(rec, requests, plan.slo_ttft_s, plan.slo_tpot_s,
+                                                                 plan.percentiles))
         finally:
             writer.close()
     return study.records(), note
@@ -80,51 +84,51 @@ def request_record(outcome: stream.Outcome, level: Level) -> dict:
 async def _level(endpoint: stream.AsyncEndpoint, level: Level, plan: Plan,
                  keep: Callable[[stream.Outcome], None]) -> dict:
     priority = stream.ahead_of_others()  # as stream.run asked already: this says what was granted
-    t0, loop_cpu, cpu = time.perf_counter(), time.thread_time(), time.process_time()
     samples: list[list] = []
+    start = time.perf_counter()
+    await _read(endpoint, start, samples)  # before the first request: a reading at a negative time
+    t0, loop_cpu, cpu = time.perf_counter(), time.thread_time(), time.process_time()
+    for sample in samples:
+        sample[0] += start - t0
     lags: list[float] = []
     watchers = [asyncio.ensure_future(_sample(endpoint, t0, samples)), asyncio.ensure_future(_probe(lags))]
     try:
         if level.mode == "concurrency":
-            sent = await stream.closed_loop(endpoint, _calls(plan.source, level, plan.duration_s),
-                                            int(level.value), keep, t0=t0)
+            sent = await stream.closed_loop(endpoint, _calls(plan.source, level), int(level.value), keep, t0=t0)
         else:
-            offsets = arrivals(level, plan.duration_s, plan.seed)
+            offsets = arrivals(level, plan.seed)
             sent = await open_loop(endpoint, (plan.source.call(i) for i in range(len(offsets))), offsets, keep, t0=t0)
+        wall = time.perf_counter() - t0
+        client = {"priority": priority, "loop_cpu_share": (time.thread_time() - loop_cpu) / wall,
+                  "process_cpu_share": (time.process_time() - cpu) / wall}
     finally:
-        for watcher in watchers:
-            watcher.cancel()
-    wall = time.perf_counter() - t0
+        await stream.cancelled(watchers)
+    await _read(endpoint, t0, samples)  # after the last answer
     return {"kind": "level", "level_name": level.name, "mode": level.mode, "level": level.value,
-            "warmup_requests": level.warmup, "sent": len(sent), "wall_s": wall, "samples": samples,
-            "client": {"priority": priority, "loop_cpu_share": (time.thread_time() - loop_cpu) / wall,
-                       "process_cpu_share": (time.process_time() - cpu) / wall, "lags_s": _spread(lags)}}
+            "warmup_requests": level.warmup, "count_rule": level.count_rule, "sent": len(sent), "wall_s": wall,
+            "samples": samples, "client": client | {"lags_s": _spread(lags)}}
 
 
-def _calls(prompts: Prompts, level: Level, duration_s: float) -> Iterator[stream.Call]:
-    """The level's requests, made as they are sent: the warmup, then a count or `duration_s` of sending."""
+def _calls(prompts: Prompts, level: Level) -> Iterator[stream.Call]:
+    """The level's requests, made as they are sent: the warmup, then as many as the level measures."""
     index, began = 0, None
     while True:
         if index == level.warmup:
             began = time.perf_counter()
-        if level.requests and index >= level.warmup + level.requests:
-            return
-        if not level.requests and began is not None and time.perf_counter() - began >= duration_s:
+        if level.done(index, None if began is None else time.perf_counter() - began):
             return
         yield prompts.call(index)
         index += 1
 
 
-def arrivals(level: Level, duration_s: float, seed: int) -> list[float]:
+def arrivals(level: Level, seed: int) -> list[float]:
     """Poisson arrivals at the level's rate, seeded: seconds from the level's start of each request."""
     rng = random.Random(f"{seed}/{level.value}")
     out: list[float] = []
     t = 0.0
     while True:
         t += rng.expovariate(level.value)
-        if level.requests and len(out) >= level.warmup + level.requests:
-            return out
-        if not level.requests and len(out) > level.warmup and t > out[level.warmup] + duration_s:
+        if level.done(len(out), t - out[level.warmup] if len(out) > level.warmup else None):
             return out
         out.append(t)
 
@@ -143,22 +147,28 @@ async def open_loop(endpoint: stream.AsyncEndpoint, calls: Iterable[stream.Call]
     try:
         return list(await asyncio.gather(*tasks))
     finally:
-        for task in tasks:
-            task.cancel()
+        await stream.cancelled(tasks)
 
 
 async def _sample(endpoint: stream.AsyncEndpoint, t0: float, samples: list[list]) -> None:
-    """[seconds, running, waiting, KV-cache use, preemptions so far] every SAMPLE_S; None where unread."""
+    """A reading of the server every SAMPLE_S, until cancelled."""
     while True:
-        t = time.perf_counter() - t0
-        try:
-            text = await endpoint.get("/metrics")
-            lines = [line for line in text.decode().splitlines() if line.startswith(tuple(g + "{" for g in GAUGES))]
-            snap = metrics.Snapshot.parse("\n".join(lines) + "\n", endpoint.model)
-            samples.append([t, *(snap[g] for g in GAUGES)])
-        except Exception as e:  # a missed sample is a gap, not a failed level
-            samples.append([t, None, None, None, None, f"{type(e).__name__}: {e}"])
+        await _read(endpoint, t0, samples)
         await asyncio.sleep(SAMPLE_S)
+
+
+async def _read(endpoint: stream.AsyncEndpoint, t0: float, samples: list[list]) -> None:
+    """[seconds, *GAUGES]: the server's gauges and counters, stamped halfway through the reading (seconds
+    from t0); None where unread, the reason after them. A missed sample is a gap, not a failed level."""
+    sent = time.perf_counter()
+    try:
+        text = await endpoint.get("/metrics")
+        t = (sent + time.perf_counter()) / 2 - t0
+        lines = [line for line in text.decode().splitlines() if line.startswith(tuple(g + "{" for g in GAUGES))]
+        snap = metrics.Snapshot.parse("\n".join(lines) + "\n", endpoint.model)
+        samples.append([t, *(snap[g] for g in GAUGES)])
+    except Exception as e:
+        samples.append([sent - t0, *(None for _ in GAUGES), f"{type(e).__name__}: {e}"])
 
 
 async def _probe(lags: list[float]) -> None:

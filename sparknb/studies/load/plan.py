@@ -27,16 +27,36 @@ DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 
 @dataclass(frozen=True)
 class Level:
-    """One step of the sweep: how many requests are kept in flight, or how many arrive per second."""
+    """One step of the sweep: how many requests are kept in flight, or how many arrive per second, and
+    how many are measured: `requests` exactly, or (0) as many as `duration_s` of sending allows but at
+    least `min_requests`."""
 
     mode: Literal["concurrency", "rate"]
     value: float
     warmup: int  # requests sent first, recorded and left out
-    requests: int  # measured requests; 0: as many as duration_s allows
+    requests: int  # measured requests; 0: the rule of duration_s and min_requests
+    duration_s: float = 30.0
+    min_requests: int = 0
 
     @property
     def name(self) -> str:
         return f"{self.value:g} in flight" if self.mode == "concurrency" else f"{self.value:g} req/s"
+
+    @property
+    def count_rule(self) -> str:
+        """How many requests this level measures, in words."""
+        if self.requests:
+            return f"{self.requests} requests"
+        return f"{self.duration_s:g} s of sending" + (f", at least {self.min_requests} requests"
+                                                     if self.min_requests else "")
+
+    def done(self, sent: int, sending_s: float | None) -> bool:
+        """Whether a level that has sent `sent` requests (warmup included), the measured ones for
+        `sending_s` seconds (None before the first), has sent all it measures."""
+        measured = sent - self.warmup
+        if self.requests:
+            return measured >= self.requests
+        return sending_s is not None and sending_s >= self.duration_s and measured >= self.min_requests
 
 
 class Plan(params.Plan):
@@ -50,8 +70,13 @@ class Plan(params.Plan):
     prompts: str = Field("", description="empty, a prompt set under params/prompts/ (or a YAML path), "
                          "or mmlu_pro:SOURCE")
     warmup: int = Field(1, ge=0, description="warmup waves per level, 0 or more")
-    requests_per_level: int = Field(0, ge=0, description="measured requests per level; 0 sends for duration_s")
+    requests_per_level: Annotated[int, Field(ge=0)] | list[Annotated[int, Field(ge=0)]] = Field(
+        0, description="measured requests per level, or a list of them, one per level in the order given; "
+                       "0: send for duration_s (and at least min_requests)")
     duration_s: float = Field(30.0, gt=0, description="seconds of sending per level after its warmup")
+    min_requests: int = Field(0, ge=0, description="with duration_s: send on past it until this many are measured")
+    percentiles: list[Annotated[float, Field(gt=0, le=100)]] = Field(
+        [50, 90, 99], min_length=1, description="the percentiles of TTFT, TPOT, ITL and E2E, e.g. [50, 90, 99]")
     seed: int = Field(0, description="seeds the arrivals and the order of a prompt set")
     slo_ttft_s: float = Field(2.0, gt=0, description="the longest TTFT a request may take to count as goodput")
     slo_tpot_s: float = Field(0.1, gt=0, description="the longest time per output token to count as goodput")
@@ -69,6 +94,12 @@ class Plan(params.Plan):
             values = getattr(self, name)
             if len(set(values)) != len(values):
                 raise ValueError(f"{name} has repeats: {values}; give each level once")
+        given = self.request_rates or self.concurrency or DEFAULT_CONCURRENCY
+        if isinstance(self.requests_per_level, list) and len(self.requests_per_level) != len(given):
+            raise ValueError(f"requests_per_level has {len(self.requests_per_level)} counts for {len(given)} levels "
+                             f"({list(given)}); give one count per level, in the same order, or one for all")
+        if len(set(self.percentiles)) != len(self.percentiles):
+            raise ValueError(f"percentiles has repeats: {self.percentiles}")
         if self.prompts.startswith("mmlu_pro") and not self.prompts.startswith("mmlu_pro:"):
             raise ValueError(f"prompts {self.prompts!r}: write mmlu_pro:hub or mmlu_pro:FOLDER (the folder of its "
                              "parquet files)")
@@ -92,12 +123,13 @@ class Plan(params.Plan):
         return self._prompts
 
     def wanted(self) -> list[Level]:
-        """Every level asked for, before the server's KV cache has a say."""
-        if self.request_rates:
-            return [Level("rate", r, math.ceil(self.warmup * r), self.requests_per_level)
-                    for r in sorted(self.request_rates)]
-        return [Level("concurrency", c, self.warmup * c, self.requests_per_level)
-                for c in sorted(self.concurrency) or DEFAULT_CONCURRENCY]
+        """Every level asked for, in increasing order, before the server's KV cache has a say."""
+        mode = "rate" if self.request_rates else "concurrency"
+        given = self.request_rates or self.concurrency or DEFAULT_CONCURRENCY
+        counts = self.requests_per_level if isinstance(self.requests_per_level, list) else \
+            [self.requests_per_level] * len(given)
+        return [Level(mode, v, math.ceil(self.warmup * v) if mode == "rate" else self.warmup * v, n, self.duration_s,
+                      self.min_requests) for v, n in sorted(zip(given, counts))]
 
     def levels(self, capacity: int | None) -> tuple[list[Level], str | None]:
         """The levels to measure, and a note where more in flight than the KV cache holds (`capacity`

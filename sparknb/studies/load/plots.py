@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+AGGREGATE = "aggregate tok/s (steady)"
+
 
 def plot_tradeoff(tables: dict[str, pd.DataFrame]):
     """What one user gets against what the server delivers in all; a hollow point is a level whose client
@@ -13,16 +15,16 @@ def plot_tradeoff(tables: dict[str, pd.DataFrame]):
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, table in tables.items():
-        t = table.dropna(subset=["aggregate tok/s", "per-user tok/s p50"])
-        line, = ax.plot(t["aggregate tok/s"], t["per-user tok/s p50"], "-", label=label)
+        t = table.dropna(subset=[AGGREGATE, "per-user tok/s p50"])
+        line, = ax.plot(t[AGGREGATE], t["per-user tok/s p50"], "-", label=label)
         kept = t[~t["saturated"]]
-        ax.plot(kept["aggregate tok/s"], kept["per-user tok/s p50"], "o", color=line.get_color())
+        ax.plot(kept[AGGREGATE], kept["per-user tok/s p50"], "o", color=line.get_color())
         marked = t[t["saturated"]]
-        ax.plot(marked["aggregate tok/s"], marked["per-user tok/s p50"], "o", mfc="none", color=line.get_color())
+        ax.plot(marked[AGGREGATE], marked["per-user tok/s p50"], "o", mfc="none", color=line.get_color())
         for _, row in t.iterrows():
-            ax.annotate(f"{row['level']:g}", (row["aggregate tok/s"], row["per-user tok/s p50"]),
+            ax.annotate(f"{row['level']:g}", (row[AGGREGATE], row["per-user tok/s p50"]),
                         textcoords="offset points", xytext=(4, 4), fontsize=8)
-    ax.set_xlabel("aggregate output tokens per second")
+    ax.set_xlabel("aggregate output tokens per second (steady window)")
     ax.set_ylabel("per-user decode tokens per second (median)")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
@@ -34,21 +36,23 @@ def plot_tradeoff(tables: dict[str, pd.DataFrame]):
 
 
 def plot_levels(table: pd.DataFrame, label: str):
-    """Aggregate tok/s and goodput against the level, TTFT p50 and p99 beside them."""
+    """Aggregate tok/s and goodput (steady window) against the level; TTFT and TPOT, mean and the highest
+    percentile chosen, beside them."""
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     x = table["level"].to_numpy(dtype=float)
-    left.plot(x, table["aggregate tok/s"], "o-", label="aggregate tok/s")
+    left.plot(x, table[AGGREGATE], "o-", label="aggregate tok/s (steady)")
     left.set_ylabel("output tokens per second")
     twin = left.twinx()
-    twin.plot(x, table["goodput req/s"], "s--", color="tab:green", label="goodput req/s")
+    twin.plot(x, table["goodput req/s (steady)"], "s--", color="tab:green", label="goodput req/s (steady)")
     twin.set_ylabel("requests per second within the SLO")
     twin.set_ylim(bottom=0)
     left.set_ylim(bottom=0)
-    right.plot(x, table["TTFT p50 ms"], "o-", label="TTFT p50")
-    right.plot(x, table["TTFT p99 ms"], "o--", label="TTFT p99")
-    right.plot(x, table["ITL p50 ms"], "s-", label="ITL p50")
+    top = [c for c in table.columns if c.startswith("TTFT p")][-1].removeprefix("TTFT ").removesuffix(" ms")
+    for metric, marker in (("TTFT", "o"), ("TPOT", "s")):
+        right.plot(x, table[f"{metric} mean ms"], f"{marker}-", label=f"{metric} mean")
+        right.plot(x, table[f"{metric} {top} ms"], f"{marker}--", label=f"{metric} {top}")
     right.set_ylabel("milliseconds")
     right.set_yscale("log")
     right.legend()

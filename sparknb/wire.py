@@ -1,0 +1,359 @@
+"""One request on the wire and its streamed answer: the bytes sent, and the bytes read back as they arrive.
+
+Both clients go through here: client.Endpoint reads one stream in the caller's own thread (`exchange`, a
+blocking socket), stream.AsyncEndpoint reads many at once on an event loop. Either way:
+- the request is built and serialized before the clock starts (`Route.post`), and the clock starts when
+  its bytes are written; the connection is opened before, as a kept-alive one would be;
+- every read is stamped as it returns and taken apart by the same `Reader` (HTTP/1.1: chunked, of a
+  stated length, or up to the end of the connection) and the same `Events` (server-sent events, json),
+  into client.Completion by its one timing rule (Completion.add_chunk);
+- the end is judged by one `finish`, in the same words: a refused key, a refused request with the
+  server's own words, an error event inside the stream, a stream cut short, a lost connection.
+
+Why a blocking socket for one stream, measured against the two other designs on this 2-core VM (a
+server that answers at once, bench/fake_vllm.py, interleaved runs): paced at 2 ms a chunk, as a
+decoding server sends them, each design pays about the same per chunk, 85 to 95 us of CPU, since every
+chunk is one wake-up of a sleeping thread and one cold pass through this reader either way (a bare
+read of the same bytes, no parsing, costs 17 to 34 us). They differ around the request: the TTFT the
+client adds at 3,000 prompt tokens is 0.1 to 0.3 ms here, 0.7 to 1.1 ms through a persistent event-loop
+thread (the hop to it and back), and an event loop per call, though as quick, costs 30 ms of CPU a
+request (its thread, its loop, a full garbage collection first). So: no event loop, no thread hop; the
+caller's own thread reads.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import gc
+import json
+import os
+import socket
+import ssl
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+from .errors import EndpointError
+from .redaction import redact
+
+if TYPE_CHECKING:
+    from .client import Completion
+
+BUFFER = 65536  # bytes per read: below glibc's mmap threshold, so a read costs no mapping
+SERVER_FIELDS = {"queue_time_ms": "queue_s", "time_to_first_token_ms": "ttft_s", "generation_time_ms": "decode_s",
+                 "mean_itl_ms": "itl_s"}
+
+
+class Route:
+    """Where the requests go (the URL taken apart once), and the bytes of each request."""
+
+    def __init__(self, url: str, api_key: str | None = None):
+        self.url = url.rstrip("/")
+        self.shown = redact(self.url)  # the URL in messages: a password in it never reaches an error text
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise EndpointError(f"{self.shown} is not an http(s) URL; give the server's base URL ending in /v1.")
+        self.host, self.prefix = parts.hostname, parts.path
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.ssl = ssl.create_default_context() if parts.scheme == "https" else None
+        if api_key:
+            auth = f"Bearer {api_key}"
+        elif parts.username or parts.password:  # as the side doors' httpx sends a URL's user and password
+            auth = "Basic " + base64.b64encode(f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+                                               .encode()).decode()
+        else:
+            auth = ""
+        self._auth = f"Authorization: {auth}\r\n".encode() if auth else b""
+
+    def request(self, method: str, path: str, body: bytes = b"") -> bytes:
+        return (f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nConnection: close\r\n"
+                f"Accept-Encoding: identity\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                ).encode() + self._auth + b"\r\n" + body
+
+    def post(self, path: str, model: str, fields: dict) -> bytes:
+        """A streamed request for `model` under the URL's path, serialized whole (before any clock starts)."""
+        body = {"model": model, "stream": True, "stream_options": {"include_usage": True}, **fields}
+        return self.request("POST", self.prefix + path, json.dumps(body, separators=(",", ":")).encode())
+
+
+def server_timings(block: dict) -> dict:
+    """vLLM's per-request `metrics` block in seconds; a field it leaves out stays None (unknown)."""
+    out = {name: (block[key] / 1000 if block.get(key) is not None else None) for key, name in SERVER_FIELDS.items()}
+    return out | {"tokens_per_s": block.get("tokens_per_second"), "spec_decode": block.get("speculative_decoding")}
+
+
+class Events:
+    """Server-sent events of one answer, applied to its record as they arrive. `on_chunk` runs for every
+    chunk that carries tokens (a test hook, see stream.AsyncEndpoint); `sent` is set when the request goes."""
+
+    def __init__(self, done: Completion, on_chunk: Callable[[], None] | None = None):
+        self.done, self.on_chunk = done, on_chunk
+        self.sent, self.rest = 0.0, b""  # perf_counter when the request went out; a line not yet ended
+        self.error: str | None = None
+
+    def feed(self, data: bytes, now: float) -> None:
+        *lines, self.rest = (self.rest + data).split(b"\n")
+        for line in lines:
+            if line[:5] == b"data:":
+                payload = line[5:].strip()
+                if payload and payload != b"[DONE]":
+                    self.apply(json.loads(payload), now - self.sent)
+
+    def apply(self, event: dict, t: float) -> None:
+        done = self.done
+        if "error" in event or event.get("object") == "error":  # an error inside a stream that had started well
+            err = event.get("error", event)
+            self.error = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+            return
+        usage = event.get("usage")
+        if usage:
+            done.prompt_tokens, done.completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if event.get("metrics"):
+            done.server = server_timings(event["metrics"])
+        for choice in event.get("choices") or ():
+            if "text" in choice:
+                text, reasoning = choice["text"] or "", ""
+            else:
+                delta = choice.get("delta") or {}
+                text = delta.get("content") or ""
+                reasoning = delta.get("reasoning") or delta.get("reasoning_content") or ""
+            ids = choice.get("token_ids")
+            tokens = len(ids) if ids is not None else None
+            if choice.get("finish_reason"):
+                done.finish_reason = choice["finish_reason"]
+            if not (text or reasoning or tokens):  # e.g. the role-only opening chunk of a chat
+                continue
+            if self.on_chunk is not None:
+                self.on_chunk()
+            done.add_chunk(t, text, reasoning, tokens)
+
+    @property
+    def chunks(self) -> int:
+        return len(self.done.chunk_times)
+
+
+class Collect:
+    """A whole body, for the plain GETs (no server-sent events)."""
+
+    def __init__(self):
+        self.parts: list[bytes] = []
+        self.sent, self.chunks = 0.0, 0
+
+    def feed(self, data: bytes, now: float) -> None:
+        self.parts.append(data)
+
+
+Sink = Events | Collect
+
+
+class Reader:
+    """One HTTP/1.1 answer, taken apart as its bytes arrive: status and headers, then the body (chunked, of
+    a stated length, or up to the end of the connection), handed to `sink` piece by piece where the status
+    is 200 and kept whole otherwise (an error's body, for its message). `ended` is when its last byte came."""
+
+    def __init__(self, sink: Sink):
+        self.sink = sink
+        self.raw, self.body = b"", b""  # bytes not yet taken apart; an error answer's body
+        self.status: int | None = None
+        self.chunked, self.left = False, None  # left: body bytes still to come, where the length is stated
+        self.ended: float | None = None
+
+    def feed(self, data: bytes, now: float) -> None:
+        """Bytes that arrived at `now`; a malformed answer raises ValueError, which the caller names."""
+        try:
+            self._take(data, now)
+        except Exception as e:
+            raise ValueError(f"{type(e).__name__}: {e}") from None
+
+    def eof(self, now: float) -> None:
+        """The server closed the connection: the end of an answer that runs to it, else a cut one."""
+        if self.ended is None and (self.left is not None or self.chunked or not self.status):
+            raise ConnectionError("the server closed the connection mid-answer")
+        self.ended = now if self.ended is None else self.ended
+
+    def _take(self, data: bytes, now: float) -> None:
+        self.raw += data
+        if self.status is None:
+            head, sep, rest = self.raw.partition(b"\r\n\r\n")
+            if not sep:
+                return
+            self._head(head)
+            self.raw = rest
+        if not self.chunked:
+            piece, self.raw = self.raw, b""
+            if self.left is not None:
+                piece, self.left = piece[: self.left], self.left - len(piece[: self.left])
+            self._body(piece, now)
+            if self.left == 0:
+                self.ended = now
+            return
+        raw, at = self.raw, 0  # chunked: size line, data, CRLF; what is left is cut off once, at the end
+        while True:
+            line_end = raw.find(b"\r\n", at)
+            if line_end < 0:
+                break
+            size = int(raw[at:line_end].split(b";")[0], 16)
+            if len(raw) < line_end + 4 + size:
+                break
+            piece, at = raw[line_end + 2: line_end + 2 + size], line_end + 4 + size
+            if size == 0:
+                self.ended = now
+                break
+            self._body(piece, now)
+        self.raw = raw[at:]
+
+    def _head(self, head: bytes) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        self.status = int(lines[0].split()[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        self.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        if not self.chunked and "content-length" in headers:
+            self.left = int(headers["content-length"])
+
+    def _body(self, piece: bytes, now: float) -> None:
+        if not piece:
+            return
+        if self.status == 200:
+            self.sink.feed(piece, now)
+        else:
+            self.body += piece
+
+
+# -- what went wrong, in the same words for both clients -------------------------------------------------------
+
+def unreachable(shown: str, e: Exception) -> EndpointError:
+    return EndpointError(f"Cannot reach the endpoint at {shown} ({type(e).__name__}: {e}). Is the server running? "
+                         "Start a tiny one with `sparknb serve tiny-dense`, or fix `endpoint` in the model's params file.")
+
+
+def lost(shown: str, e: Exception, sink: Sink) -> EndpointError:
+    return EndpointError(f"Lost the connection to {shown} ({type(e).__name__}: {e}); the answer so far had "
+                         f"{sink.chunks} chunks.")
+
+
+def late(shown: str, timeout: float, sink: Sink) -> EndpointError:
+    return EndpointError(f"{shown} gave no complete answer within {timeout:g} s; the answer so far had "
+                         f"{sink.chunks} chunks.")
+
+
+def garbled(shown: str, e: Exception) -> EndpointError:
+    return EndpointError(f"{shown} answered something that is not HTTP with JSON events ({e}).")
+
+
+def refused(shown: str, reader: Reader) -> EndpointError | None:
+    """The error of an answer whose status is not 200, in the server's own words; None for a 200."""
+    if reader.status == 401:
+        return EndpointError(f"{shown} refused the API key (401). Set the environment variable named by "
+                             "api_key_env in the model's params to the server's key.")
+    if reader.status != 200:
+        return EndpointError(f"{shown} refused the request ({reader.status}): {error_message(reader.body)}")
+    return None
+
+
+def finish(shown: str, reader: Reader, events: Events) -> Completion:
+    """The answer, whole, or the EndpointError that says how it went wrong."""
+    done = events.done
+    error = refused(shown, reader)
+    if error is not None:
+        raise error
+    if events.error is not None:
+        raise EndpointError(f"{shown} failed the request after {events.chunks} chunks: {events.error}")
+    if done.finish_reason is None:  # a clean end of the connection can still cut an answer short
+        raise EndpointError(f"Lost the connection to {shown}: the stream ended without a finish reason "
+                            f"after {events.chunks} chunks.")
+    done.total_s = reader.ended - events.sent
+    return done
+
+
+def error_message(body: bytes) -> str:
+    """The server's own words in an error answer: OpenAI's error.message where it is there, else the body's start."""
+    try:
+        err = json.loads(body)
+    except ValueError:
+        err = None
+    if isinstance(err, dict):
+        err = err.get("error", err)
+        text = err.get("message") if isinstance(err, dict) else str(err)
+        if text:
+            return text
+    return body[:300].decode(errors="replace")
+
+
+# -- one stream in the caller's thread -----------------------------------------------------------------------
+
+def ahead_of_others() -> str:
+    """Ask the OS to run the calling thread before ordinary ones (SCHED_FIFO, lowest real-time priority);
+    says what it granted. Where a server keeps every core busy (vLLM's CPU build spins), an ordinary
+    thread waits up to hundreds of ms for a CPU and stamps chunks that late; the client needs a few %."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        return "real-time (SCHED_FIFO 1)"
+    except (AttributeError, OSError) as e:  # no permission (CAP_SYS_NICE), or not Linux
+        return f"ordinary ({type(e).__name__}: real-time scheduling refused)"
+
+
+@contextlib.contextmanager
+def undisturbed() -> Iterator[str]:
+    """Around one stream read in the caller's thread: ahead of ordinary threads where the OS allows, and
+    no garbage collection (a full one over a notebook's heap takes tens of ms, and every chunk arriving
+    meanwhile would be stamped late); both as they were afterwards. Yields what the OS granted."""
+    try:
+        policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    except (AttributeError, OSError):
+        policy = param = None
+    granted = ahead_of_others()
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield granted
+    finally:
+        if collecting:
+            gc.enable()
+        if policy is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setscheduler(0, policy, param)
+
+
+def exchange(route: Route, request: bytes, sink: Sink, timeout: float) -> Reader:
+    """One request on a connection of its own, read in the calling thread until its answer ends.
+
+    The connection (and a TLS handshake) is made before the clock; the clock (`sink.sent`) starts as the
+    request is written; each read lands in one buffer and is stamped as it returns. No read waits more
+    than `timeout`, nor does the whole answer run past it by more than one read.
+    """
+    reader = Reader(sink)
+    try:
+        sock = socket.create_connection((route.host, route.port), timeout=timeout)
+    except OSError as e:
+        raise unreachable(route.shown, e) from None
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if route.ssl is not None:
+            sock = route.ssl.wrap_socket(sock, server_hostname=route.host)
+        buffer = bytearray(BUFFER)
+        view = memoryview(buffer)
+        with undisturbed():
+            sink.sent = time.perf_counter()
+            deadline = sink.sent + timeout
+            sock.sendall(request)
+            while reader.ended is None:
+                n = sock.recv_into(buffer)
+                now = time.perf_counter()
+                if not n:
+                    reader.eof(now)
+                    break
+                reader.feed(bytes(view[:n]), now)
+                if now > deadline and reader.ended is None:
+                    raise TimeoutError(f"past {timeout:g} s")
+    except TimeoutError:
+        raise late(route.shown, timeout, sink) from None
+    except ValueError as e:
+        raise garbled(route.shown, e) from None
+    except OSError as e:
+        raise lost(route.shown, e, sink) from None
+    finally:
+        sock.close()
+    return reader
+
