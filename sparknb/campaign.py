@@ -270,3 +270,12 @@ def failed(campaign_id: str, outputs: str | Path = "") -> list[dict]:
         if r.get("status") == "failed" and r["cell"] not in done:
             last[r["cell"]] = r
     return list(last.values())
+
+
+def boxes(campaign_id: str, outputs: str | Path = "") -> list[str]:
+    """The boxes a campaign names, in its file's order (none for a campaign on one box)."""
+    path = Path(outputs or outputs_dir()) / NOTEBOOK / campaign_id / "params.json"
+    try:
+        return list((json.loads(path.read_text()).get("campaign") or {}).get("boxes") or {})
+    except (OSError, ValueError):
+        return []

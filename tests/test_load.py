@@ -191,3 +191,21 @@ def test_a_compare_with_run_of_other_levels_is_refused_before_anything_runs(tiny
     with pytest.raises(ParamsError, match="share no level"):
         start("load", model="tiny-dense", endpoint=tiny_dense.url, outputs=str(moe_run[0]),
               validate=plan.check_server, settings=plan.settings())
+
+
+def test_the_comparison_sets_two_load_runs_side_by_side_level_by_level(dense_run, moe_run):
+    from sparknb.studies import compare
+    from sparknb.verdict import decide
+
+    plan = compare.Plan.build(runs=[str(moe_run[1]), str(dense_run[1])])
+    h = compare.headline(plan.compared())
+    figures = [r.figure for r in h.rows if r.study == "load"]
+    for level in ("1 in flight", "2 in flight", "4 in flight"):
+        assert {f"per-user tok/s at {level}", f"TTFT ms at {level}",
+                f"aggregate tok/s (steady window) at {level}"} <= set(figures)
+    per_user = next(r for r in h.rows if r.figure == "per-user tok/s at 2 in flight")
+    assert per_user.n == {"tiny-moe": 8, "tiny-dense": 8}  # every measured request of the level, a side
+    aggregate = next(r for r in h.rows if r.figure == "aggregate tok/s (steady window) at 2 in flight")
+    assert decide(aggregate, "tiny-dense", "tiny-moe").outcome == "context"  # one window: never decides alone
+    moe_levels = {row["level name"]: row for row in _summary(moe_run[1])["levels"]}
+    assert aggregate.values["tiny-moe"] == pytest.approx(moe_levels["2 in flight"]["aggregate tok/s (steady)"])

@@ -56,9 +56,15 @@ class Plan(params.Plan):
         return list(dict.fromkeys(r.label for r in self._past if r.notebook != "swap"))
 
     def boxes(self) -> list[str]:
-        """The boxes the runs were measured on, in the order given: by the name a box joined a cluster with, else
-        by its host name."""
-        return list(dict.fromkeys(box_of(r) for r in self._past))
+        """The boxes the runs were measured on, by the name a box joined a cluster with, else by its host name;
+        in a campaign's order of boxes (the first is the base), else in the order the runs were given."""
+        seen = list(dict.fromkeys(box_of(r) for r in self._past))
+        order = []
+        if self._campaign:
+            from ... import campaign
+
+            order = [b for b in campaign.boxes(self._campaign, self.outputs) if b in seen]
+        return order + [b for b in seen if b not in order]
 
     def mode(self) -> str:
         """models (one box), boxes (one model on several), models per box, or setups (each box another model)."""

@@ -14,6 +14,7 @@ one: per-user against aggregate tok/s, and the batch ratio against the single-st
 
 from .compare import Comparison, compare
 from .findings import findings, summary
+from .headline import headline_rows
 from .measure import arrivals, request_record, sweep
 from .plan import DEFAULT_CONCURRENCY, NOTEBOOK, Level, Plan, kv_capacity
 from .plots import plot_levels, plot_tradeoff
@@ -21,6 +22,7 @@ from .prompts import Prompts, make_prompts
 from .tables import CHECKS, PERCENTILES, SERVER, knee, level_row, ratios, saturation, summarize, throughput_columns
 
 __all__ = [
+    "headline_rows",
     "CHECKS", "PERCENTILES", "SERVER", "DEFAULT_CONCURRENCY", "NOTEBOOK", "Comparison", "Level", "Plan", "Prompts",
     "arrivals", "compare", "findings",
     "knee", "kv_capacity", "level_row", "make_prompts", "plot_levels", "plot_tradeoff", "ratios", "request_record",

@@ -3,6 +3,8 @@ that never ran the concurrency asked for, requests that failed, preemptions, clo
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 
 from ...report import Finding, as_records, info, warning
@@ -63,7 +65,7 @@ def _level(name: str, row: pd.Series, level: dict) -> list[Finding]:
     if _known(row.get("preemptions")):
         notes.append(warning(f"{name}: the server preempted {row['preemptions']:g} request(s) (its KV cache was "
                              "full); their latencies include recomputing them."))
-    return notes
+    return [dataclasses.replace(n, about=(name,)) for n in notes]  # each about its level: a headline row's caveat
 
 
 def _agreement(table: pd.DataFrame) -> list[Finding]:

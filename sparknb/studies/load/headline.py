@@ -1,0 +1,56 @@
+"""The load study's rows of the comparison, at every level both runs measured: what each user gets (TPOT as
+per-user tok/s) and how long they wait for a first token, over each request of the level (verdict rows), and
+the aggregate throughput of the level's steady window (one window a level: context, never deciding alone)."""
+
+from __future__ import annotations
+
+import math
+
+from ... import stats
+from ...run import measured
+from ...verdict import Row, Runs, caveats, median_row, setting_differences
+from .tables import summarize
+
+SAME = ("prompt_tokens", "output_tokens", "prompts", "temperature", "warmup")  # what a level's figures depend on
+
+
+def _requests(run, name: str) -> list[dict]:
+    return measured([r for r in run.records if r.get("kind") == "request" and r.get("level_name") == name])
+
+
+def headline_rows(runs: Runs) -> list[Row]:
+    mine = runs.of("load")
+    if len(mine) < 1:
+        return []
+    levels = {s: [r["level_name"] for r in run.records if r.get("kind") == "level"] for s, run in mine.items()}
+    shared = [n for n in next(iter(levels.values())) if all(n in names for names in levels.values())]
+    apart = setting_differences(mine, SAME)
+    rows = []
+    tables = {}
+    for name in shared:
+        at = {s: _requests(run, name) for s, run in mine.items()}
+        doubts = {s: caveats(mine[s], name) for s in at}
+        rows.append(median_row("load", f"per-user tok/s at {name}",
+                               {s: [r["decode_tokens_per_s"] for r in rs if r.get("decode_tokens_per_s")]
+                                for s, rs in at.items()}, runs.base, caveats=doubts, not_comparable=apart))
+        rows.append(median_row("load", f"TTFT ms at {name}",
+                               {s: [1000 * r["ttft_s"] for r in rs if r.get("ttft_s") is not None]
+                                for s, rs in at.items()}, runs.base, better="lower", caveats=doubts,
+                               not_comparable=apart))
+        if not tables:
+            tables = {s: summarize(run.records, run.settings.get("slo_ttft_s", 2.0), run.settings.get("slo_tpot_s", 0.1))
+                      for s, run in mine.items()}
+        values = {s: _value(t, name) for s, t in tables.items()}
+        base = values.get(runs.base)
+        ratios = {s: stats.Interval(v / base, math.nan, math.nan, 0.95, "one window each") for s, v in values.items()
+                  if s != runs.base and v is not None and base}
+        rows.append(Row("load", f"aggregate tok/s (steady window) at {name}", values, {s: 1 for s in values}, ratios,
+                        role="context", note="one steady window a level: a throughput, not a sample"))
+    return rows
+
+
+def _value(table, name: str) -> float | None:
+    if name not in table.index or "aggregate tok/s (steady)" not in table:
+        return None
+    v = table.loc[name, "aggregate tok/s (steady)"]
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
