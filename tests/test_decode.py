@@ -402,3 +402,16 @@ def test_repetitions_auto_stops_at_the_target_on_a_quiet_server_and_at_the_cap_o
     assert row["stopped"].startswith("stopped at the cap of 8 requests") and row["n"] == 8
     text = outputs_text(nb)
     assert "stopped at the cap of 8 requests" in text and "too noisy for the target" in text
+
+
+def test_an_answer_the_client_saw_all_at_once_is_counted_at_the_servers_time_and_said_so():
+    # Sixteen tokens in one read: no time between the first and the last at all, so no client speed to quote.
+    df = decode.frame([{"seq": 1, "prompt_length": 64, "prompt_tokens": 64, "completion_tokens": 16,
+                        "decode_tokens": 15, "ttft_s": 0.1, "decode_s": 0.0, "decode_tokens_per_s": None,
+                        "interference": None, "server": {"decode_s": 0.2, "ttft_s": 0.09, "spec_decode": {},
+                                                         "unchecked": []}}])
+    assert bool(df.loc[0, "burst"]) and df.loc[0, "decode_tok_s"] == pytest.approx(15 / 0.2)
+    model = load_model("tiny-dense")
+    study = types.SimpleNamespace(limit=bandwidth.limit(model, load_hardware("gb10")), model=model)
+    text = "\n".join(map(str, decode.findings(df, decode.summarize(df, study), study.limit, "gb10")))
+    assert "every token at once seen by the client, 75.0 tok/s by the server" in text

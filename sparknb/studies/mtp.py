@@ -21,6 +21,7 @@ from ..report import Finding, info, warning
 from ..run import PastRun, measured, read_past
 from ..study import Study
 from ..verdict import Row, Runs, caveats, median_row, setting_differences
+from .decode.measure import seen_by_client
 from .decode.tables import BURST, timing
 
 SAME = ("temperature", "output_tokens", "prompt_set")  # settings that change what a speed is
@@ -108,8 +109,7 @@ def sweep(study: Study, plan: Plan) -> pd.DataFrame:
                       f"{speed} tok/s{' by the server' + chr(39) + 's clock' if row['burst'] else ''}, "
                       f"{'unknown' if tps is None else f'{tps:.2f}'} tokens/step"
                       + (f"  !! left out: {row['excluded']}" if row["excluded"] else "")
-                      + (f"  !! BURST: the client saw {row['client_tok_s']:.1f} tok/s, a delivery, not a decoding speed"
-                         if row["burst"] else ""), flush=True)
+                      + (f"  !! BURST: {seen_by_client(row['client_tok_s'])}" if row["burst"] else ""), flush=True)
     return frame(study.records())
 
 

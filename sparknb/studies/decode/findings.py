@@ -54,13 +54,16 @@ def _about_clocks(df: pd.DataFrame, table: pd.DataFrame) -> list[Finding]:
     timed = kept[kept["server_decode_s"].notna()]
     bursts = timed[timed["burst"]]
     if len(bursts):
-        worst = bursts.loc[(bursts["client_tok_s"] / bursts["decode_tok_s"] - 1).abs().idxmax()]
+        off = (bursts["client_tok_s"].astype(float) / bursts["decode_tok_s"].astype(float) - 1).abs()
+        worst = bursts.loc[off.fillna(float("inf")).idxmax()]  # every token at once (no client speed) is the worst
+        seen = ("every token at once" if pd.isna(worst["client_tok_s"]) else
+                f"{worst['client_tok_s']:,.1f} tok/s")
         notes.append(info(
             f"{len(bursts)} of {len(timed)} answers reached the client in bursts or stalls: their first-to-last "
-            f"token time differs from the server's own by more than {BURST:.0%} (worst: {worst['client_tok_s']:,.1f} "
-            f"tok/s seen by the client, {worst['decode_tok_s']:,.1f} by the server, at {int(worst['prompt_length']):,} "
-            "tokens). They are counted at the server's time, as the 'server-timed' column shows; the client's "
-            "speed for them was a delivery, not a decoding speed.", _lengths(bursts["prompt_length"])))
+            f"token time differs from the server's own by more than {BURST:.0%} (worst: {seen} seen by the client, "
+            f"{worst['decode_tok_s']:,.1f} tok/s by the server, at {int(worst['prompt_length']):,} tokens). They are "
+            "counted at the server's time, as the 'server-timed' column shows; the client's speed for them was a "
+            "delivery, not a decoding speed.", _lengths(bursts["prompt_length"])))
     gap = table["client vs server %"].dropna()
     if len(gap):
         far = gap[gap.abs() > 2]
