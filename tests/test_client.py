@@ -112,18 +112,18 @@ def test_a_password_in_the_url_is_sent_as_basic_auth_and_never_shown(faulty):
 
 @pytest.mark.server
 def test_decode_at_3000_tokens_is_timed_as_vllm_times_it(tiny_dense, dense_key):
-    """decode's own path (Endpoint.complete with exact token ids) against vLLM's per-request metrics.
+    """decode's own path (Endpoint.complete with exact token ids) against vLLM's own timings of each request.
 
-    TTFT: vLLM's per-request TTFT runs from the request's scheduling, so its queue time is added; queue +
-    TTFT then runs from the engine's receipt of the request to its first token. What the client sees
-    beyond that is what vLLM's engine clock cannot: its API server reading the request (3,000 token ids
-    as JSON) and handing it to the engine, and the first token's way back through the API server and the
-    loopback, plus the client's own cost, under 0.5 ms at 3,000 tokens (bench/client_ttft.py). 5 ms
-    bounds all of it: the openai package's path alone cost 28 to 95 ms here. The median of five requests
-    is compared, so that one request held up by the machine's scheduler (two cores shared by the
-    server's two processes and the test) does not decide it. On failure the message splits the excess
-    at vLLM's TTFT histogram, which runs on the API server's clock from the request's arrival: the part
-    before it is HTTP and the client, the part after it the API server's hand-off to its engine.
+    TTFT: vLLM's own time to first token of the request, on its API server's clock from the request's
+    arrival (its TTFT histogram, read around this one request). What the client sees beyond that is the
+    transport (the request's bytes to the API server, the first chunk's way back over loopback) and the
+    client's own cost, under 0.5 ms at 3,000 tokens (bench/client_ttft.py): 5 ms bounds it on a busy
+    2-core box (the openai package's path alone cost 28 to 95 ms here). vLLM's per-request TTFT runs only
+    from the request's scheduling: with its queue time added it leaves out the API server's hand-off of the
+    3,000 ids to its engine (3 to 9 ms here), which is the server's own time, not the client's; the test
+    checks the client is beyond both, and the message shows the split. The median of five requests is
+    compared, so that one request held up by the machine's scheduler (two cores shared by the server's two
+    processes and the test) does not decide it.
     ms/token: first to last token over the tokens between them, against vLLM's generation time (first to
     last output token, in the engine) over the same tokens. Both clocks see the same tokens; only the
     delivery of the first and the last chunk can differ, a few ms over 256 tokens of 4 to 8 ms each: 1%.
@@ -139,11 +139,12 @@ def test_decode_at_3000_tokens_is_timed_as_vllm_times_it(tiny_dense, dense_key):
         engine = done.server["queue_s"] + done.server["ttft_s"]
         split.append((1000 * (done.ttft_s - engine), 1000 * (done.ttft_s - arrival_ttft), 1000 * (arrival_ttft - engine)))
     assert all(d.prompt_tokens == 3000 and d.completion_tokens == 256 and d.server for d in answers)
-    beyond = [b for b, _, _ in split]
-    assert all(b > 0 for b in beyond), beyond  # the client cannot see a token before the engine made it
-    assert statistics.median(beyond) <= 5, ("TTFT beyond vLLM's queue + TTFT, ms, each = (HTTP and the client) + "
-                                            "(the API server's hand-off): "
-                                            + "; ".join(f"{b:.1f} = {h:.1f} + {a:.1f}" for b, h, a in split))
+    beyond_engine = [b for b, _, _ in split]
+    beyond_server = [h for _, h, _ in split]
+    assert all(b > 0 for b in beyond_engine), beyond_engine  # the client cannot see a token before the engine made it
+    assert statistics.median(beyond_server) <= 5, (
+        "TTFT beyond vLLM's own (from arrival), ms; each: beyond the engine's queue + TTFT = (transport and the "
+        "client) + (the API server's hand-off): " + "; ".join(f"{b:.1f} = {h:.1f} + {a:.1f}" for b, h, a in split))
     client = sum(d.decode_s for d in answers) / sum(d.decode_tokens for d in answers)
     server = sum(d.server["decode_s"] for d in answers) / sum(d.completion_tokens - 1 for d in answers)
     assert abs(client / server - 1) < 0.01, f"ms/token: client {1000 * client:.3f}, vLLM {1000 * server:.3f}"
