@@ -50,17 +50,21 @@ def fingerprint_table(past: list[PastRun]) -> pd.DataFrame:
 
 
 def fingerprint_view(past: list[PastRun]):
-    """For the notebook: the differing rows as a table, the identical ones folded under them (plain HTML, no script)."""
+    """For the notebook: the facts that differ, one row per run and one column per fact (a few columns, so the
+    table does not run off the page however many runs there are), then the facts every run shares, folded
+    under them as one list (plain HTML, no script)."""
     from IPython.display import HTML
 
     table = fingerprint_table(past)
     if table.empty:
         return HTML("<p>No fingerprints.</p>")
-    differ, same = table[table["differs"] != ""].drop(columns="differs"), table[table["differs"] == ""].drop(columns="differs")
-    top = (f"<p><b>{len(differ)} fact(s) differ between the runs:</b></p>" + differ.to_html(escape=True)
+    differ = table[table["differs"] != ""].drop(columns="differs")
+    same = table[table["differs"] == ""].drop(columns="differs")
+    top = (f"<p><b>{len(differ)} fact(s) differ between the runs:</b></p>" + differ.T.to_html(escape=True)
            if len(differ) else "<p>Every fact below is the same in every run.</p>")
+    shared = same.iloc[:, :1].set_axis(["the same in every run"], axis=1)
     folded = (f"<details><summary>{len(same)} fact(s) the same in every run (click to show)</summary>"
-              f"{same.to_html(escape=True)}</details>")
+              f"{shared.to_html(escape=True)}</details>")
     return HTML(top + folded)
 
 
