@@ -8,38 +8,38 @@ Timing rules that keep the numbers true:
 - Decode speed is the server's own token count (usage) over the time from the first to the last
   token, so a chunk holding several tokens (speculative decoding) is counted right. Without usage
   the token count is left unknown rather than guessed from chunks.
-- vLLM is asked for the token ids of each chunk (`return_token_ids`): a token whose text is empty
-  (a special token, half of a UTF-8 character) still counts, and the tokens in each chunk are known.
-- vLLM's own timings of the request (--enable-per-request-metrics, in the final usage chunk) come back
-  as `Completion.server`.
+- What a request carries beyond OpenAI's fields, how a prompt is tokenized, which counters mean what and
+  where the server's own timings of a request are, is its engine's (sparknb.engines: vLLM, llama.cpp's
+  llama-server, an OpenAI-API-only server), chosen once by what the server answers or by the model's
+  params. The server's own timings of a request come back as `Completion.server`, in sparknb's names.
 
 One stream is read in the caller's own thread, on a blocking socket (see sparknb.wire for why), with
 no openai package in the way: its client spent 9 to 42 us of CPU per prompt token before a request of
 token ids left (97 to 456 ms of TTFT at 10,714 tokens on a 2-core box), and 70 to 95 us per chunk back to
 back, 200 to 360 paced (bench/client_ttft.py and bench/client_overhead.py keep it as the reference).
 
-Servers beyond vLLM (`transformers serve`, ...) have the OpenAI API but not vLLM's side doors. A
-server without /version gets none of vLLM's request fields (its Dialect is PLAIN); without /tokenize,
-prompts are counted by the local tokenizer the model's params name and sent as text; without /metrics,
-every counter reads as unknown (None), never zero. What a server lacks is listed in ServerInfo.
+A server without /tokenize has its prompts counted by the local tokenizer the model's params name (and
+sent as text where it takes no token ids); without /metrics, every counter reads as unknown (None), never
+zero. What a server lacks is listed in ServerInfo. A /tokenize that answers no tokens for a non-empty text
+(llama-server given another engine's body) is an error, never a count of zero.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 import httpx
 
-from . import wire
+from . import engines, wire
+from .engines import Engine
 from .errors import EndpointError
 from .metrics import Snapshot
 from .tokenizer import LocalTokenizer, load
 
 NOT_AVAILABLE = "not available from this server"
-# vLLM's side doors and what a server without one cannot tell; the measurement goes on without it.
+# The side doors and what a server without one cannot tell; the measurement goes on without it.
 SIDE_DOORS = {
     "/version": "the server's version",
     "/tokenize": "the server's own token counts (the model's local tokenizer counts instead)",
@@ -58,6 +58,8 @@ class ServerInfo:
     max_model_len: int | None
     served: list[str]
     not_available: dict[str, str] = field(default_factory=dict)  # side door -> what could not be checked
+    engine: str = engines.TRANSFORMERS.key  # engines.ENGINES' key: which server family answered
+    facts: dict = field(default_factory=dict)  # what the engine could read of it (dtype, quantization, slots...)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -78,7 +80,7 @@ class Completion:
     text: str = ""
     reasoning: str = ""
     finish_reason: str | None = None
-    server: dict | None = None  # vLLM's own timings: queue_s, ttft_s (from scheduled), decode_s, itl_s, ...
+    server: dict | None = None  # the server's own timings, by its engine: queue_s, ttft_s, prefill_s, decode_s, ...
 
     @property
     def decode_s(self) -> float | None:
@@ -116,36 +118,11 @@ class Completion:
                                "decode_tokens_per_s": self.decode_tokens_per_s}
 
 
-def _vllm_fields(ignore_eos: bool, max_tokens: int) -> dict:
-    return {"return_token_ids": True, "ignore_eos": ignore_eos}
-
-
-def _plain_fields(ignore_eos: bool, max_tokens: int) -> dict:
-    return {"generation_config": json.dumps({"min_new_tokens": max_tokens})} if ignore_eos else {}
-
-
-@dataclass(frozen=True)
-class Dialect:
-    """What one kind of server wants in a request beyond OpenAI's fields: the one place they are built,
-    for both clients. `token_prompts`: a prompt may be a list of token ids (else it goes as text)."""
-
-    name: str
-    token_prompts: bool
-    request_fields: Callable[[bool, int], dict]  # (ignore_eos, max_tokens) -> the request's extra fields
-
-
-VLLM = Dialect("vLLM", True, _vllm_fields)
-# A server without vLLM's fields asks for a fixed answer length in transformers serve's way (a generation
-# config with min_new_tokens): a server that refuses fields it does not know would refuse vLLM's, and
-# one that ignores it may stop early.
-PLAIN = Dialect("OpenAI API only", False, _plain_fields)
-
-
-def answer_fields(dialect: Dialect, max_tokens: int, temperature: float, stop: list[str] | None,
-                  ignore_eos: bool, extra: dict) -> dict:
-    """The fields of a request besides its prompt, for both clients: OpenAI's, the dialect's, the caller's."""
+def answer_fields(engine: Engine, max_tokens: int, temperature: float, stop: list[str] | None, ignore_eos: bool,
+                  reuse_prompt: bool, extra: dict) -> dict:
+    """The fields of a request besides its prompt, for both clients: OpenAI's, the engine's, the caller's."""
     return {"max_tokens": max_tokens, "temperature": temperature, "stop": stop,
-            **dialect.request_fields(ignore_eos, max_tokens), **extra}
+            **engine.request_fields(ignore_eos, max_tokens, reuse_prompt), **extra}
 
 
 def now() -> str:
@@ -156,7 +133,7 @@ class Endpoint:
     """An OpenAI-compatible server and one model on it: its side doors, and one timed stream at a time."""
 
     def __init__(self, url: str, model: str, api_key: str | None = None, timeout: float = 600.0,
-                 tokenizer: str | None = None):
+                 tokenizer: str | None = None, engine: str | None = None):
         self.route = wire.Route(url, api_key)
         self.url = self.route.url
         self.root_url = self.url.removesuffix("/v1")
@@ -165,14 +142,11 @@ class Endpoint:
         self.model, self.timeout = model, timeout
         self.tokenizer = tokenizer  # the params' local tokenizer, for a server without /tokenize
         self.not_available: dict[str, str] = {}  # side doors this server was found to lack
-        self.dialect = VLLM  # what its requests carry beyond OpenAI's fields; PLAIN once info() finds no /version
+        # The server's family: as the model's params name it, else found by info(); vLLM's until then.
+        self.named_engine = engines.named(engine) if engine else None
+        self.engine: Engine = self.named_engine or engines.VLLM
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=self.root_url, headers=headers, timeout=timeout)
-
-    @property
-    def extensions(self) -> bool:
-        """Whether vLLM's own request fields are sent."""
-        return self.dialect is VLLM
 
     def close(self) -> None:
         self._http.close()
@@ -189,8 +163,28 @@ class Endpoint:
                                 "variable named by api_key_env in the model's params to the server's key.")
         return r
 
+    def _ask(self, path: str, body: dict | None) -> object:
+        """A side door's json answer (a POST with `body`, else a GET), or None where the server has no such route."""
+        r = self._get(path, method="POST", json=body) if body is not None else self._get(path)
+        if r.status_code in ABSENT:
+            return None
+        if r.status_code != 200:
+            raise EndpointError(f"{self.shown_root}{path} answered {r.status_code}: {r.text[:200]}.")
+        try:
+            return r.json()
+        except ValueError:
+            raise EndpointError(f"{self.shown_root}{path} answered 200 with no json: {r.text[:200]!r}.") from None
+
+    def _probe(self, path: str) -> tuple[int, object]:
+        """(status, json or None) of a GET, for telling engines apart: any answer is evidence, none is an error."""
+        r = self._get(path)
+        try:
+            return r.status_code, r.json()
+        except ValueError:
+            return r.status_code, None
+
     def info(self) -> ServerInfo:
-        """Who answers, and whether it serves our model: checked before any measurement."""
+        """Who answers, which engine it is, and whether it serves our model: checked before any measurement."""
         models = self._get("/v1/models")
         if models.status_code != 200:
             raise EndpointError(f"{self.shown}/models answered {models.status_code}: {models.text[:200]}")
@@ -202,36 +196,45 @@ class Endpoint:
                 f"Model {self.model!r} is not served at {self.shown}. It serves: {', '.join(served) or 'nothing'}. "
                 "Fix served_model_name in the model's params, or start the right model."
             )
-        version = self._get("/version")
-        if version.status_code in ABSENT:  # not vLLM: find out now which other side doors it lacks
-            self._lacks("/version")
-            self.dialect = PLAIN
+        self.engine = self.named_engine or engines.detect(
+            {path: self._probe(path) for path in ("/version", "/props")})
+        facts = self.engine.facts(self._ask, mine)
+        if self.engine is not engines.VLLM:  # find out now which side doors it lacks
+            if not facts.get("version"):
+                self._lacks("/version")
             self.metrics()
-            self._tokenize({"prompt": "a", "add_special_tokens": False})
+            self._tokenize("a", False)
         return ServerInfo(
             url=self.url,
-            version=f"version {NOT_AVAILABLE}" if "/version" in self.not_available else _version(version),
+            version=facts.get("version") or f"version {NOT_AVAILABLE}",
             model=self.model,
-            root=mine.get("root"),
-            max_model_len=mine.get("max_model_len"),
+            root=facts.get("root", mine.get("root")),
+            max_model_len=facts.get("max_model_len", mine.get("max_model_len")),
             served=served,
             not_available=dict(self.not_available),
+            engine=self.engine.key,
+            facts={k: v for k, v in facts.items() if k not in ("version", "root", "max_model_len")},
         )
 
     def _lacks(self, door: str) -> None:
         self.not_available[door] = SIDE_DOORS[door]
 
-    def _tokenize(self, body: dict) -> list[int] | None:
+    def _tokenize(self, text: str, special_tokens: bool) -> list[int] | None:
         """The server's own token ids, or None where it has no /tokenize (then the local tokenizer counts)."""
         if "/tokenize" in self.not_available:
             return None
-        r = self._get("/tokenize", method="POST", json={"model": self.model, **body})
-        if r.status_code in ABSENT:
+        ids = self.engine.tokenize(self._ask, self.model, text, special_tokens)
+        if ids is None:
             self._lacks("/tokenize")
-            return None
-        if r.status_code != 200:
-            raise EndpointError(f"{self.shown_root}/tokenize answered {r.status_code}: {r.text[:200]}.")
-        return r.json()["tokens"]
+        return self._counted(ids, text)
+
+    def _counted(self, ids: list[int] | None, text: object) -> list[int] | None:
+        if ids is not None and not ids and text:
+            raise EndpointError(
+                f"{self.shown_root}/tokenize answered no tokens for a non-empty text: it did not read the body "
+                f"{self.engine.name}'s way (is the server another engine? name it with `engine:` in the model's "
+                "params), or add `tokenizer:` to the model's params and the local tokenizer counts instead.")
+        return ids
 
     def local_tokenizer(self) -> LocalTokenizer:
         if not self.tokenizer:
@@ -242,13 +245,22 @@ class Endpoint:
         return load(self.tokenizer)
 
     def tokenize(self, text: str, special_tokens: bool = True) -> list[int]:
-        ids = self._tokenize({"prompt": text, "add_special_tokens": special_tokens})
+        ids = self._tokenize(text, special_tokens)
         return ids if ids is not None else self.local_tokenizer().encode(text, special_tokens)
 
     def tokenize_chat(self, messages: list[dict]) -> list[int]:
         """The prompt tokens of a chat request as the server will see them, chat template included."""
-        ids = self._tokenize({"messages": messages, "add_generation_prompt": True})
+        ids = None
+        if "/tokenize" not in self.not_available:
+            ids = self._counted(self.engine.tokenize_chat(self._ask, self.model, messages), messages)
         return ids if ids is not None else self.local_tokenizer().encode_chat(messages)
+
+    def metrics_text(self) -> str:
+        """The server's /metrics as it gives it (its own names), for what only its engine reads."""
+        r = self._get("/metrics")
+        if r.status_code != 200:
+            raise EndpointError(f"{self.shown_root}/metrics answered {r.status_code}.")
+        return r.text
 
     def metrics(self) -> Snapshot:
         """The server's counters; an empty scrape (every figure unknown) from a server without /metrics."""
@@ -261,36 +273,33 @@ class Endpoint:
         if r.status_code != 200:
             raise EndpointError(f"{self.shown_root}/metrics answered {r.status_code}; the server's own "
                                 "counters are needed to check the client's figures.")
-        return Snapshot.parse(r.text, self.model)
+        return Snapshot.parse(r.text, self.model, self.engine)
 
     # -- one streamed request -------------------------------------------------------------------
 
     def complete(self, prompt: str | list[int], max_tokens: int, temperature: float = 0.0,
-                 ignore_eos: bool = True, stop: list[str] | None = None, **extra) -> Completion:
+                 ignore_eos: bool = True, stop: list[str] | None = None, reuse_prompt: bool = False,
+                 **extra) -> Completion:
         """A text completion; a list of token ids is sent as is, so its length is exact.
 
-        A server that takes no token ids (Dialect.token_prompts) gets the local tokenizer's text for
+        A server that takes no token ids (Engine.token_prompts) gets the local tokenizer's text for
         them (the server's prompt count in usage shows whether it read them back the same).
+        `reuse_prompt` lets a server that can be told (llama-server) serve the prompt's start from its
+        cache of earlier prompts; a timed request declines it.
         """
-        if isinstance(prompt, list) and not self.dialect.token_prompts:
+        if isinstance(prompt, list) and not self.engine.token_prompts:
             prompt = self.local_tokenizer().decode(prompt)
         return self._stream("/completions", {"prompt": prompt, **answer_fields(
-            self.dialect, max_tokens, temperature, stop, ignore_eos, extra)})
+            self.engine, max_tokens, temperature, stop, ignore_eos, reuse_prompt, extra)})
 
     def chat(self, messages: list[dict], max_tokens: int, temperature: float = 0.0,
-             ignore_eos: bool = False, stop: list[str] | None = None, **extra) -> Completion:
+             ignore_eos: bool = False, stop: list[str] | None = None, reuse_prompt: bool = True,
+             **extra) -> Completion:
         return self._stream("/chat/completions", {"messages": messages, **answer_fields(
-            self.dialect, max_tokens, temperature, stop, ignore_eos, extra)})
+            self.engine, max_tokens, temperature, stop, ignore_eos, reuse_prompt, extra)})
 
     def _stream(self, path: str, fields: dict) -> Completion:
         """One stream, read in this thread (wire.exchange): serialized first, timed from its writing."""
         request = self.route.post(path, self.model, fields)
-        events = wire.Events(Completion(started_at=now()))
+        events = wire.Events(Completion(started_at=now()), engine=self.engine)
         return wire.finish(self.shown, wire.exchange(self.route, request, events, self.timeout), events)
-
-
-def _version(answer: httpx.Response) -> str:
-    try:
-        return answer.json().get("version", "unknown") if answer.status_code == 200 else "unknown"
-    except (ValueError, AttributeError):
-        return "unknown"

@@ -132,8 +132,13 @@ def _git(project_dir: Path, *args: str) -> str:
 
 
 def project(project_dir: Path) -> dict:
-    """Which code made the numbers; a dirty tree means the commit alone does not say."""
+    """Which code made the numbers; a dirty tree means the commit alone does not say. Only the project's
+    own checkout counts: a copy without .git inside another repository would record that one's commit."""
     try:
+        top = Path(_git(project_dir, "rev-parse", "--show-toplevel").strip())
+        if top.resolve() != Path(project_dir).resolve():
+            return {"commit": NOT_A_CHECKOUT, "dirty": None,
+                    "reason": "the project folder is not the top of a git checkout (a copy inside another repository?)"}
         commit = _git(project_dir, "rev-parse", "HEAD").strip()
         dirty = bool(_git(project_dir, "status", "--porcelain").strip())
     except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
@@ -142,8 +147,13 @@ def project(project_dir: Path) -> dict:
 
 
 def _server(server: dict) -> dict:
-    """The server as reported, plus dtype and quantization from the weights' own config where we can read it."""
+    """The server as reported, plus dtype and quantization: as its engine read them from the server (llama-server's
+    GGUF file type), else from the weights' own config where we can read it."""
     result = dict(server)
+    facts = server.get("facts") or {}
+    if facts.get("dtype"):
+        result["dtype"], result["quantization"] = facts["dtype"], facts.get("quantization", "not stated")
+        return result
     config = _weights_config(server.get("root"))
     if config is None:
         result["dtype"] = result["quantization"] = NOT_READABLE
@@ -303,8 +313,7 @@ def table(fp: dict):
         "cpu": f"{host['cpu_model']}, {host['cpu_count']} threads, {memory(host['memory_total_bytes'])}",
         "gpu": devices or f"none ({gpu.get('reason')})",
         "driver": f"{gpu.get('driver_version', '-')}, CUDA {gpu.get('cuda_driver_version', '-')}",
-        "server": (f"an OpenAI-compatible server without vLLM's side doors, serving {server['model']} at {server['url']}"
-                   if "/version" in missing else f"vLLM {server['version']} serving {server['model']} at {server['url']}"),
+        "server": _server_line(server),
         "weights": f"{server['root']} (dtype {server['dtype']}, quantization {server['quantization']})",
         "max_model_len": server["max_model_len"],
         "speculative decoding": _speculative(server.get("speculative")) or "not recorded",
@@ -322,6 +331,21 @@ def table(fp: dict):
     if probe:
         rows["bandwidth probe"] = probe["line"]
     return pd.DataFrame({"value": [str(v) for v in rows.values()]}, index=list(rows))
+
+
+def _server_line(server: dict) -> str:
+    """Which engine, which version, serving what: in words, as the engine room names it."""
+    from . import engines
+
+    engine = engines.ENGINES.get(server.get("engine") or "", None)
+    where = f"serving {server['model']} at {server['url']}"
+    if engine is None and "/version" not in (server.get("not_available") or {}):  # a run from before engines
+        engine = engines.VLLM
+    if engine is None or engine is engines.TRANSFORMERS:
+        return f"an OpenAI-API-only server (no /version, no /props), {where}"
+    facts = server.get("facts") or {}
+    slots = f", {facts['slots']} slot(s)" if facts.get("slots") else ""
+    return f"{engine.name} {server['version']}{slots} {where}"
 
 
 def _guard_line(g: dict) -> str:

@@ -56,7 +56,8 @@ def check(*, server_load: dict[str, float | None] | None, gpu: dict | None = Non
 
     `server_load` None means there is no server to ask yet (a study that starts its own); a gauge
     that is None could not be read, which is a finding, never a zero, unless the server has no
-    /metrics at all (not vLLM): then it is noted as not available from this server. `allow_pids`
+    /metrics at all: then it is noted as not available from this server. `server_process` is a word of
+    the server's GPU process's command line (its engine's process_name). `allow_pids`
     are processes known to be the server's (those a lifecycle started); with `endpoint`, so are
     the processes that listen on its port and their children.
     """
@@ -82,7 +83,7 @@ def _load_findings(server_load: dict[str, float]) -> list[str]:
     for state, value in server_load.items():
         if value is None or (isinstance(value, float) and math.isnan(value)):
             findings.append(f"unchecked: could not read how many requests are {state} on the server (its /metrics "
-                            f"has no vllm:num_requests_{state} gauge), so it may be busy")
+                            f"has no gauge of requests {state}), so it may be busy")
         elif value != 0:
             findings.append(f"{value:g} request{'' if value == 1 else 's'} {state} on the server")
     return findings

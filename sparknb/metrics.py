@@ -1,37 +1,55 @@
-"""The server's own counters (vLLM's /metrics), read around each request.
+"""The server's own counters (its /metrics), read around each request, under sparknb's own names.
 
 A client clock cannot see inside the server: how long prefill really took, how many draft tokens
 were accepted, whether a prefix-cache hit made a prompt cheap. The difference of two scrapes can.
+Each engine (sparknb.engines) maps its metric names onto the names below as a scrape is read, so
+nothing past this module knows whether `running` was vLLM's num_requests_running or llama-server's
+requests_processing. A figure the engine does not count is absent, and reads as unknown (None).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-KEPT_LABELS = ("position",)  # the per-position acceptance counters are told apart by this label
+# Gauges (no suffix: they have no delta) and counters (_total); a timing histogram is a base name, read
+# as its _sum and _count. An engine that counts only the seconds (llama-server) gives a _sum with no _count.
+RUNNING = "requests_running"
+WAITING = "requests_waiting"
+KV_USE = "kv_cache_usage"  # a fraction of the KV cache
+PREEMPTIONS = "preemptions_total"
+GENERATED = "generated_tokens_total"
+PROMPT_TOKENS = "prompt_tokens_total"  # every prompt token, cached or not (vLLM)
+PROMPT_PROCESSED = "prompt_tokens_processed_total"  # only those it computed, not taken from a cache (llama-server)
+PREFIX_QUERIES = "prefix_cache_queries_total"
+PREFIX_HITS = "prefix_cache_hits_total"
+DRAFTS = "spec_drafts_total"
+DRAFT_TOKENS = "spec_draft_tokens_total"
+ACCEPTED = "spec_accepted_tokens_total"
+ACCEPTED_AT = "spec_accepted_tokens_per_pos_total"
+TTFT = "ttft_seconds"
+PREFILL = "prefill_seconds"
+DECODE = "decode_seconds"
+QUEUE = "queue_seconds"
+E2E = "e2e_seconds"
+HISTOGRAM_PARTS = ("_sum", "_count")
 
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
-DRAFTS = "vllm:spec_decode_num_drafts_total"
-DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-ACCEPTED_AT = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
-PREFIX_HITS = "vllm:prefix_cache_hits_total"
-GENERATED = "vllm:generation_tokens_total"
-TTFT = "vllm:time_to_first_token_seconds"
-PREFILL = "vllm:request_prefill_time_seconds"
-DECODE = "vllm:request_decode_time_seconds"
-QUEUE = "vllm:request_queue_time_seconds"
-E2E = "vllm:e2e_request_latency_seconds"
+
+def _name(sample: str, names: Mapping[str, str]) -> str:
+    """sparknb's name of a sample, by the engine's map (a histogram's parts by its base); else the sample's own."""
+    if sample in names:
+        return names[sample]
+    for part in HISTOGRAM_PARTS:
+        if sample.endswith(part) and sample[: -len(part)] in names:
+            return names[sample[: -len(part)]] + part
+    return sample
 
 
-def _key(name: str, labels: dict[str, str]) -> str:
-    kept = [f'{k}="{labels[k]}"' for k in KEPT_LABELS if k in labels]
+def _key(name: str, labels: dict[str, str], kept_labels: tuple[str, ...]) -> str:
+    kept = [f'{k}="{labels[k]}"' for k in kept_labels if k in labels]
     return f"{name}{{{','.join(kept)}}}" if kept else name
 
 
@@ -42,15 +60,20 @@ class Snapshot:
     values: dict[str, float]
 
     @classmethod
-    def parse(cls, text: str, model: str | None = None) -> Snapshot:
+    def parse(cls, text: str, model: str | None = None, engine=None) -> Snapshot:
+        """One scrape read by `engine`'s map (an engines.Engine; None keeps the server's own names), only the
+        samples of `model` where the engine labels them by model."""
+        names = engine.counters if engine is not None else {}
+        model_label = engine.model_label if engine is not None else None
+        kept_labels = engine.metric_labels if engine is not None else ()
         values: dict[str, float] = {}
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if sample.name.endswith(("_bucket", "_created")):
                     continue
-                if model is not None and sample.labels.get("model_name", model) != model:
+                if model is not None and model_label and sample.labels.get(model_label, model) != model:
                     continue
-                key = _key(sample.name, sample.labels)
+                key = _key(_name(sample.name, names), sample.labels, kept_labels)
                 values[key] = values.get(key, 0.0) + sample.value
         return cls(values)
 
@@ -76,6 +99,14 @@ class Delta:
     def __getitem__(self, name: str) -> float | None:
         """None where neither scrape had the counter: the server does not count it, so it is unknown."""
         return self.values.get(name)
+
+    def prefix_queries(self) -> float | None:
+        """Prompt tokens looked up in the prefix cache: the server's count, else (llama-server) the tokens
+        it computed plus those it found; None where neither is counted."""
+        if self[PREFIX_QUERIES] is not None:
+            return self[PREFIX_QUERIES]
+        processed, hits = self[PROMPT_PROCESSED], self[PREFIX_HITS]
+        return processed + hits if processed is not None and hits is not None else None
 
     def per_position(self) -> list[float]:
         pos = {int(k.split('"')[1]): v for k, v in self.values.items() if k.startswith(ACCEPTED_AT + "{")}
@@ -118,7 +149,11 @@ def delta(before: Snapshot, after: Snapshot) -> Delta:
         if not _is_cumulative(key):
             continue
         a, b = after[key], before[key]
-        if a < b:  # restarted in between: all we know is what it counted since
+        if a is None:  # gone from the later scrape: nothing can be said of it
+            continue
+        if b is None:  # first exposed by the later scrape (llama-server shows some counters once used)
+            values[key] = a
+        elif a < b:  # restarted in between: all we know is what it counted since
             reset.append(key)
             values[key] = a
         else:
@@ -131,16 +166,23 @@ def _is_cumulative(key: str) -> bool:
     return name.endswith(("_total", "_sum", "_count"))
 
 
-def settled(scrape: Callable[[], Snapshot], before: Snapshot, requests: int = 1, settle_s: float = 5.0) -> Delta:
-    """vLLM updates its counters just after the answer is sent: scrape until `requests` are counted.
+def settled(scrape: Callable[[], Snapshot], before: Snapshot, requests: int = 1, settle_s: float = 5.0,
+            tokens: int | None = None) -> Delta:
+    """Servers update their counters just after the answer is sent: scrape until `requests` are counted, or,
+    on a server that counts no requests (llama-server), until it counted the `tokens` the client received.
 
-    A server without the request counter cannot settle: the first delta is returned as it is.
+    A server with neither counter cannot settle: the first delta is returned as it is.
     """
     deadline = time.monotonic() + settle_s
     while True:
         d = delta(before, scrape())
-        done = d.requests()
-        if done is None or done >= requests or time.monotonic() > deadline:
+        done, generated = d.requests(), d[GENERATED]
+        if done is not None:
+            if done >= requests:
+                return d
+        elif tokens is None or generated is None or generated >= tokens:
+            return d
+        if time.monotonic() > deadline:
             return d
         time.sleep(0.02)
 
@@ -162,6 +204,8 @@ def interference(d: Delta, requests: int, completion_tokens: int | None) -> str 
 
 def unchecked(d: Delta) -> list[str]:
     """The cross-checks this server's counters cannot support, said in words rather than read as zero."""
-    missing = [(E2E + "_count", "whether another client used the server"), (GENERATED, "the tokens the server generated"),
-               (PREFIX_HITS, "prefix-cache hits"), (DECODE + "_sum", "the server's own decode time")]
-    return [what for name, what in missing if d[name] is None]
+    missing = [(GENERATED, "the tokens the server generated"), (PREFIX_HITS, "prefix-cache hits"),
+               (DECODE + "_sum", "the server's own decode time")]
+    told = d.requests() is not None or d[GENERATED] is not None
+    return ([] if told else ["whether another client used the server"]) + [what for name, what in missing
+                                                                         if d[name] is None]

@@ -61,7 +61,7 @@ class Lifecycle(Strict):
     start: str | None = Field(None, min_length=1, description=(
         "command template run without a shell, in its own process group; placeholders: "
         + ", ".join("{" + p + "}" for p in TEMPLATE_FIELDS) + ". The API key goes through the "
-        "environment (VLLM_API_KEY, from api_key_env), never the command line"))
+        "environment (VLLM_API_KEY and LLAMA_API_KEY, from api_key_env), never the command line"))
     stop: str | None = Field(None, min_length=1, description="command template that stops the model; "
                              "default: SIGTERM (then SIGKILL) to the process group that start made")
     ready_url: str | None = Field(None, description="URL that answers 200 once the model serves; "
@@ -112,8 +112,8 @@ def _check_template(field: str, template: str | None) -> None:
         return
     if re.search(r"(?i)--api[-_]key|\{api_key", template):
         raise ValueError(f"lifecycle.{field} puts an API key on the command line, where every user of the "
-                         "machine can read it; set api_key_env instead: the key then reaches the server as "
-                         "VLLM_API_KEY in its environment")
+                         "machine can read it; set api_key_env instead: the key then reaches the server in "
+                         "its environment (VLLM_API_KEY, LLAMA_API_KEY)")
     try:
         names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
     except ValueError as e:
@@ -135,6 +135,9 @@ class ModelParams(Strict):
     architecture: Literal["dense", "moe"]
     speculative: str | None = Field(None, description="speculative decoding method, e.g. mtp, ngram, draft")
     reasoning: bool = False
+    engine: Literal["vllm", "llama.cpp", "transformers"] | None = Field(None, description=(
+        "the server's family (sparknb.engines), where detection should not decide: vLLM answers /version, "
+        "llama.cpp's llama-server /props, and a server with neither is taken as OpenAI-API-only"))
     tokenizer: str | None = Field(None, min_length=1, description="for a server without /tokenize (transformers "
                                   "serve): the model's tokenizer, a folder (absolute or relative to the project) "
                                   "or a hub id already in the Hugging Face cache")

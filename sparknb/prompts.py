@@ -11,6 +11,10 @@ import random
 import secrets
 from collections.abc import Callable
 
+from .errors import EndpointError
+
+MAX_TRIES = 4  # filler texts of n, 2n, 4n and 8n words: any tokenizer of words gives n tokens by then
+
 WORDS = (
     "the of and to in is was for on that with as by at from it an be this which or are were has had "
     "not but their its one all been more can than other some time would into also new two after first "
@@ -43,11 +47,21 @@ class PromptMaker:
         self._filler: list[int] = []
 
     def _filler_tokens(self, n: int) -> list[int]:
+        """At least n tokens of filler. Bounded: a tokenizer that gives far fewer tokens than words (none, or a
+        cut-off count) is an error that says so, never a loop over ever longer texts."""
         words = max(64, n)
-        while len(self._filler) < n:
+        for _ in range(MAX_TRIES):
+            if len(self._filler) >= n:
+                return self._filler
             self._filler = self._tokenize(" " + filler(words, self._seed), False)
             words *= 2
-        return self._filler
+        if len(self._filler) >= n:
+            return self._filler
+        raise EndpointError(
+            f"Cannot make a prompt of {n:,} tokens: {words // 2:,} words of filler came back as only "
+            f"{len(self._filler):,} tokens from the tokenizer. It is not counting this text (a /tokenize that "
+            "reads another body, or one that cuts its answer short): name the server's engine, or a local "
+            "`tokenizer:`, in the model's params.")
 
     def make(self, n_tokens: int) -> list[int]:
         """N token ids: a random opening, well inside the first cache block, then filler."""

@@ -22,8 +22,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import wire
-from .client import PLAIN, VLLM, Completion, Dialect, answer_fields, now
+from . import engines, wire
+from .client import Completion, answer_fields, now
+from .engines import Engine
 from .errors import EndpointError
 from .wire import ahead_of_others
 
@@ -85,35 +86,36 @@ class _Exchange(asyncio.BufferedProtocol):
 class AsyncEndpoint:
     """An OpenAI-compatible server and one model on it, for many streamed requests at once. `on_chunk`
     runs on the event loop for every chunk that carries tokens: a test hook that loads the client on
-    purpose, to show that a level whose client cannot keep up is caught. `vllm` false (a server without
-    /version, see client.Endpoint.info) sends none of vLLM's request fields, as client.Endpoint does;
-    `dialect`, where given, says in full what the server wants in a request (client.Dialect)."""
+    purpose, to show that a level whose client cannot keep up is caught. `engine` is the server's family
+    as client.Endpoint.info found it (sparknb.engines): what its requests carry, where its timings are.
+    A server that takes no token ids gets `decode`'s text for them (the local tokenizer's, as
+    client.Endpoint sends it), made before any request is timed."""
 
     def __init__(self, url: str, model: str, api_key: str | None = None, timeout: float = 600.0,
-                 on_chunk: Callable[[], None] | None = None, vllm: bool = True, dialect: Dialect | None = None):
+                 on_chunk: Callable[[], None] | None = None, engine: Engine = engines.VLLM,
+                 decode: Callable[[list[int]], str] | None = None):
         self.route = wire.Route(url, api_key)
         self.url, self.shown, self.model, self.timeout, self.on_chunk = (self.route.url, self.route.shown, model,
                                                                          timeout, on_chunk)
-        self.dialect = dialect or (VLLM if vllm else PLAIN)
-
-    @property
-    def vllm(self) -> bool:
-        """Whether vLLM's own request fields are sent."""
-        return self.dialect is VLLM
+        self.engine, self.decode = engine, decode
 
     async def complete(self, prompt: str | list[int], max_tokens: int, temperature: float = 0.0,
-                       ignore_eos: bool = True, stop: list[str] | None = None, **extra: Any) -> Completion:
+                       ignore_eos: bool = True, stop: list[str] | None = None, reuse_prompt: bool = False,
+                       **extra: Any) -> Completion:
         """A text completion; a list of token ids is sent as is, so its length is exact."""
-        if isinstance(prompt, list) and not self.dialect.token_prompts:
-            raise EndpointError(f"{self.shown} is not vLLM: a prompt of token ids needs client.Endpoint, which "
-                                "sends it as the local tokenizer's text.")
+        if isinstance(prompt, list) and not self.engine.token_prompts:
+            if self.decode is None:
+                raise EndpointError(f"{self.shown} ({self.engine.name}) takes no token ids and no local tokenizer "
+                                    "was given to send them as text: add `tokenizer:` to the model's params.")
+            prompt = self.decode(prompt)
         return await self._stream("/completions", {"prompt": prompt, **answer_fields(
-            self.dialect, max_tokens, temperature, stop, ignore_eos, extra)})
+            self.engine, max_tokens, temperature, stop, ignore_eos, reuse_prompt, extra)})
 
     async def chat(self, messages: list[dict], max_tokens: int, temperature: float = 0.0,
-                   ignore_eos: bool = False, stop: list[str] | None = None, **extra: Any) -> Completion:
+                   ignore_eos: bool = False, stop: list[str] | None = None, reuse_prompt: bool = True,
+                   **extra: Any) -> Completion:
         return await self._stream("/chat/completions", {"messages": messages, **answer_fields(
-            self.dialect, max_tokens, temperature, stop, ignore_eos, extra)})
+            self.engine, max_tokens, temperature, stop, ignore_eos, reuse_prompt, extra)})
 
     async def get(self, path: str) -> bytes:
         """A GET on the server's root (e.g. /metrics), read whole; for sampling while streams run."""
@@ -153,7 +155,7 @@ class AsyncEndpoint:
 
     async def _stream(self, path: str, fields: dict) -> Completion:
         request = self.route.post(path, self.model, fields)  # serialized before the clock starts
-        events = wire.Events(Completion(started_at=now()), self.on_chunk)
+        events = wire.Events(Completion(started_at=now()), self.on_chunk, engine=self.engine)
         return wire.finish(self.shown, await self._exchange(request, events), events)
 
 
@@ -181,11 +183,18 @@ async def send(endpoint: AsyncEndpoint, index: int, call: Call, t0: float) -> Ou
         return Outcome(index, sent, None, f"{type(e).__name__}: {e}")
 
 
+def hopeless(outcomes: list[Outcome], after: int | None) -> bool:
+    """Whether the first `after` requests to end all failed and none answered: a level or batch whose every
+    request fails (a server that refuses them all) stops there, rather than keep failing for its duration."""
+    return after is not None and len(outcomes) >= after and all(o.error is not None for o in outcomes)
+
+
 async def closed_loop(endpoint: AsyncEndpoint, calls: Iterable[Call], concurrency: int,
                       on_done: Callable[[Outcome], None] | None = None, *, t0: float | None = None,
-                      stop_on_error: bool = False) -> list[Outcome]:
+                      stop_on_error: bool = False, give_up_after: int | None = None) -> list[Outcome]:
     """Keep `concurrency` requests in flight, a new one sent as one ends, until `calls` run out (a
-    generator may stop on a clock) or a request fails when `stop_on_error`; in-flight ones are awaited."""
+    generator may stop on a clock), a request fails when `stop_on_error`, or the first `give_up_after`
+    all failed (see `hopeless`); in-flight ones are awaited."""
     t0 = time.perf_counter() if t0 is None else t0
     queue, flight, outcomes, stopped = iter(enumerate(calls)), set(), [], False
 
@@ -205,7 +214,8 @@ async def closed_loop(endpoint: AsyncEndpoint, calls: Iterable[Call], concurrenc
                 outcomes.append(outcome)
                 if on_done is not None:
                     on_done(outcome)
-                stopped = stopped or (stop_on_error and outcome.error is not None)
+                stopped = (stopped or (stop_on_error and outcome.error is not None)
+                           or hopeless(outcomes, give_up_after))
                 more()
     finally:
         await cancelled(flight)

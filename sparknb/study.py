@@ -56,7 +56,9 @@ class Study:
     def streaming(self, on_chunk: Callable[[], None] | None = None) -> stream.AsyncEndpoint:
         """The same server and model for many requests at once (stream.batch), with what info() found of it."""
         ep = self.endpoint
-        return stream.AsyncEndpoint(ep.url, ep.model, self.model.api_key(), on_chunk=on_chunk, vllm=ep.extensions)
+        decode = None if ep.engine.token_prompts or not ep.tokenizer else ep.local_tokenizer().decode
+        return stream.AsyncEndpoint(ep.url, ep.model, self.model.api_key(), on_chunk=on_chunk, engine=ep.engine,
+                                    decode=decode)
 
     def request(self, tag: dict, call: Callable[[Endpoint], Completion], *, settle_s: float = 5.0) -> dict:
         """Send one request, read the server's counters around it, and record both at once.
@@ -70,9 +72,9 @@ class Study:
         except Exception as e:
             self.run.record({**tag, "error": f"{type(e).__name__}: {e}"})
             raise
-        delta = metrics.settled(self.endpoint.metrics, before, 1, settle_s)
+        delta = metrics.settled(self.endpoint.metrics, before, 1, settle_s, done.completion_tokens)
         # The server's view: its counters around the request, and its own timings of it where it gives them.
-        rec = {**tag, **done.as_dict(), "server": server_view(delta) | {"per_request": done.server}}
+        rec = {**tag, **done.as_dict(), "server": server_view(delta, done.server)}
         rec["interference"] = metrics.interference(delta, 1, done.completion_tokens)
         self.run.record(rec)
         return rec
@@ -298,7 +300,7 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
     ep = server = None
     if not models:
         ep = Endpoint(resolve_endpoint(endpoint or loaded[0].endpoint), loaded[0].served_model_name,
-                      api_key=loaded[0].api_key(), tokenizer=loaded[0].tokenizer)
+                      api_key=loaded[0].api_key(), tokenizer=loaded[0].tokenizer, engine=loaded[0].engine)
         server = ep.info()
         if validate:
             validate(server, ep)
@@ -306,7 +308,8 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
     lock = guard.RunLock({"notebook": notebook, "model": ", ".join(dict.fromkeys(names)), "run_id": run_id or "(new)"})
     lock.acquire(force=force)
     try:
-        report = guard.check(server_load=ep.metrics().load() if ep else None, endpoint=ep, force=force)
+        report = guard.check(server_load=ep.metrics().load() if ep else None, endpoint=ep, force=force,
+                             **({"server_process": ep.engine.process_name} if ep else {}))
         all_params = {"notebook": notebook, "settings": settings, "hardware": hardware.model_dump(),
                       "guard": report.as_dict() | {"lock_forced_over": lock.forced_over}}
         if models:
@@ -337,12 +340,30 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
     return study
 
 
-def server_view(d: metrics.Delta) -> dict:
-    """What the server says about the request, in the client's units; None wherever it does not say."""
+def server_view(d: metrics.Delta, per_request: dict | None = None) -> dict:
+    """What the server says about one request, in the client's units; None wherever it does not say.
+
+    Its counters around the request first; where they cannot give a figure (llama-server counts seconds
+    but not requests, so no mean), the request's own timings give it (`per_request`, kept whole too).
+    """
+    own = per_request or {}
     view = {"requests": d.requests(), "generated_tokens": d[metrics.GENERATED],
-            "prefix_cache_queries": d[metrics.PREFIX_QUERIES], "prefix_cache_hits": d[metrics.PREFIX_HITS],
+            "prefix_cache_queries": d.prefix_queries(), "prefix_cache_hits": d[metrics.PREFIX_HITS],
             "counter_resets": d.reset}
     for name, hist in (("ttft_s", metrics.TTFT), ("prefill_s", metrics.PREFILL), ("decode_s", metrics.DECODE),
                        ("queue_s", metrics.QUEUE), ("e2e_s", metrics.E2E)):
         view[name] = d.mean(hist)
-    return view | {"spec_decode": d.spec_decode(), "unchecked": metrics.unchecked(d)}
+        if view[name] is None:
+            view[name] = own.get(name)
+    if own.get("cached_tokens") is not None:  # llama-server's cache_n: this request's own prefix-cache hit
+        view["prefix_cache_hits"] = own["cached_tokens"]
+        view["prefix_cache_queries"] = own["cached_tokens"] + (own.get("prompt_tokens") or 0)
+    spec = d.spec_decode()
+    if spec["drafts"] is None and own.get("spec_decode") and own["spec_decode"].get("draft_tokens") is not None:
+        drafted, accepted = own["spec_decode"]["draft_tokens"], own["spec_decode"].get("accepted_tokens")
+        spec = spec | {"draft_tokens": drafted, "accepted_tokens": accepted,
+                       "acceptance_rate": accepted / drafted if drafted and accepted is not None else None}
+    unchecked = [what for what in metrics.unchecked(d)
+                 if not (what == "prefix-cache hits" and view["prefix_cache_hits"] is not None)
+                 and not (what == "the server's own decode time" and view["decode_s"] is not None)]
+    return view | {"spec_decode": spec, "unchecked": unchecked, "per_request": per_request}

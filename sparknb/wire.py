@@ -40,10 +40,9 @@ from .redaction import redact
 
 if TYPE_CHECKING:
     from .client import Completion
+    from .engines import Engine
 
 BUFFER = 65536  # bytes per read: below glibc's mmap threshold, so a read costs no mapping
-SERVER_FIELDS = {"queue_time_ms": "queue_s", "time_to_first_token_ms": "ttft_s", "generation_time_ms": "decode_s",
-                 "mean_itl_ms": "itl_s"}
 
 
 class Route:
@@ -78,18 +77,15 @@ class Route:
         return self.request("POST", self.prefix + path, json.dumps(body, separators=(",", ":")).encode())
 
 
-def server_timings(block: dict) -> dict:
-    """vLLM's per-request `metrics` block in seconds; a field it leaves out stays None (unknown)."""
-    out = {name: (block[key] / 1000 if block.get(key) is not None else None) for key, name in SERVER_FIELDS.items()}
-    return out | {"tokens_per_s": block.get("tokens_per_second"), "spec_decode": block.get("speculative_decoding")}
-
-
 class Events:
     """Server-sent events of one answer, applied to its record as they arrive. `on_chunk` runs for every
-    chunk that carries tokens (a test hook, see stream.AsyncEndpoint); `sent` is set when the request goes."""
+    chunk that carries tokens (a test hook, see stream.AsyncEndpoint); `sent` is set when the request goes.
+    The server's own timings of the request are read where its `engine` puts them (vLLM: `metrics`, in the
+    final usage chunk; llama-server: `timings`, in the last event)."""
 
-    def __init__(self, done: Completion, on_chunk: Callable[[], None] | None = None):
+    def __init__(self, done: Completion, on_chunk: Callable[[], None] | None = None, *, engine: Engine):
         self.done, self.on_chunk = done, on_chunk
+        self.engine, self.timings_field = engine, engine.timings_field
         self.sent, self.rest = 0.0, b""  # perf_counter when the request went out; a line not yet ended
         self.error: str | None = None
 
@@ -110,8 +106,8 @@ class Events:
         usage = event.get("usage")
         if usage:
             done.prompt_tokens, done.completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        if event.get("metrics"):
-            done.server = server_timings(event["metrics"])
+        if self.timings_field and event.get(self.timings_field):
+            done.server = self.engine.timings(event[self.timings_field])
         for choice in event.get("choices") or ():
             if "text" in choice:
                 text, reasoning = choice["text"] or "", ""
@@ -264,6 +260,10 @@ def finish(shown: str, reader: Reader, events: Events) -> Completion:
         raise EndpointError(f"Lost the connection to {shown}: the stream ended without a finish reason "
                             f"after {events.chunks} chunks.")
     done.total_s = reader.ended - events.sent
+    if done.completion_tokens == len(done.chunk_tokens) and None in done.chunk_tokens:
+        # No token ids came back (llama-server sends none), but as many chunks as the server counted tokens: each
+        # chunk held exactly one. Any other count leaves the chunks' tokens unknown, never guessed.
+        done.chunk_tokens = [1] * len(done.chunk_tokens)
     return done
 
 

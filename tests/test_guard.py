@@ -13,6 +13,7 @@ import pytest
 
 from sparknb import fingerprint
 from sparknb.guard import GuardError, GuardReport, RunLock, check
+from sparknb.engines import VLLM
 from sparknb.metrics import Snapshot
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,7 +49,7 @@ def test_unreadable_load_stops_the_run() -> None:
 
 def test_a_server_without_the_load_gauges_is_refused_and_forcing_records_it_unchecked() -> None:
     # A server whose /metrics lacks the gauges: the old guard read 0 and passed, so "busy" could never be found.
-    load = Snapshot.parse("vllm:generation_tokens_total 12\n").load()
+    load = Snapshot.parse("vllm:generation_tokens_total 12\n", engine=VLLM).load()
     with pytest.raises(GuardError, match="could not read how many requests are running"):
         check(server_load=load, gpu=gpu_with())
     report = check(server_load=load, gpu=gpu_with(), force=True)

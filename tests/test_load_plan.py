@@ -12,6 +12,7 @@ import statistics
 import pandas as pd
 import pytest
 
+from sparknb import engines
 from sparknb.errors import ParamsError
 from sparknb.studies import load
 from sparknb.studies.load.findings import window_check
@@ -46,12 +47,12 @@ def test_mmlu_pro_prompts_need_their_source():
 
 def test_the_kv_cache_caps_the_standard_levels_with_a_note():
     plan = load.Plan.build()
-    capacity = load.kv_capacity(CACHE_INFO, 512 + 128)
+    capacity = engines.VLLM.kv_capacity(CACHE_INFO.decode(), 512 + 128)
     assert capacity == 524288 // 640
     kept, note = plan.levels(20)
     assert [lv.value for lv in kept] == [1, 2, 4, 8, 16] and "32, 64" in note and "holds 20" in note
     assert plan.levels(None) == (plan.wanted(), None)  # a server that does not say caps nothing
-    assert load.kv_capacity(b"vllm:num_requests_running 0\n", 640) is None
+    assert engines.VLLM.kv_capacity("vllm:num_requests_running 0\n", 640) is None
 
 
 def test_warmup_is_one_wave_of_the_level():

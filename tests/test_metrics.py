@@ -3,6 +3,7 @@
 import pytest
 
 from sparknb import metrics
+from sparknb.engines import VLLM
 from sparknb.metrics import Snapshot, delta
 
 
@@ -30,7 +31,7 @@ def scrape(drafts, draft_tokens, accepted, per_pos, decode_sum, decode_count, mo
         f'vllm:num_requests_running{{engine="0",model_name="{model}"}} 1.0',
         f'vllm:num_requests_running{{engine="1",model_name="{model}"}} 2.0',
     ]
-    return Snapshot.parse("\n".join(lines) + "\n", model)
+    return Snapshot.parse("\n".join(lines) + "\n", model, VLLM)
 
 
 def test_spec_decode_from_the_difference_of_two_scrapes():
@@ -59,8 +60,8 @@ def test_a_gauge_the_server_does_not_expose_is_unknown_not_zero():
 
 
 def test_counters_the_server_does_not_expose_are_unknown_and_named():
-    before = Snapshot.parse("vllm:num_requests_running 0\n", "m")
-    after = Snapshot.parse("vllm:num_requests_running 0\n", "m")
+    before = Snapshot.parse("vllm:num_requests_running 0\n", "m", VLLM)
+    after = Snapshot.parse("vllm:num_requests_running 0\n", "m", VLLM)
     d = delta(before, after)
     assert d[metrics.PREFIX_HITS] is None and d.requests() is None and d.mean(metrics.DECODE) is None
     assert d.spec_decode()["tokens_per_step"] is None  # unknown, not "one token per step"

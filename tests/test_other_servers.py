@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparknb import hub_cache, metrics
+from sparknb import engines, hub_cache, metrics
 from sparknb.client import NOT_AVAILABLE, Endpoint, EndpointError
 from sparknb.params import load_model, project_root
 from sparknb.prompts import PromptMaker
@@ -144,7 +144,7 @@ def test_mmlu_pro_asks_every_question_without_vllms_own_request_fields(served, t
     work = m.prepare(m.Plan.build(per_category=2, max_tokens=12, concurrency=3), str(path), synthetic(per=2))
     study = start(m.NOTEBOOK, model=str(path), settings=work.settings(), outputs=str(tmp_path),
                   validate=work.check_server)
-    assert not study.streaming().vllm
+    assert study.streaming().engine is engines.TRANSFORMERS
     batch = m.ask(study, work, log=lambda _: None)
     study.finish({})
     records = read_records(study.run.path)

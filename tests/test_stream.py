@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from sparknb import stream
+from sparknb import engines, stream
 from sparknb.client import Completion, Endpoint
 from sparknb.errors import EndpointError
 from support import FakeHandler, free_port, serve
@@ -125,9 +125,9 @@ def test_a_server_that_is_not_vllm_gets_none_of_vllms_request_fields(fake):
     chat = [{"role": "user", "content": "hi"}]
     with pytest.raises(EndpointError, match="422.*Unexpected fields.*ignore_eos"):
         stream.run(lambda: stream.AsyncEndpoint(fake, "plain").chat(chat, max_tokens=4))
-    plain = stream.AsyncEndpoint(fake, "plain", vllm=False)
+    plain = stream.AsyncEndpoint(fake, "plain", engine=engines.TRANSFORMERS)
     assert stream.run(lambda: plain.chat(chat, max_tokens=4)).completion_tokens == 4
-    with pytest.raises(EndpointError, match="is not vLLM: a prompt of token ids"):
+    with pytest.raises(EndpointError, match="takes no token ids and no local tokenizer"):
         stream.run(lambda: plain.complete([1, 2, 3], max_tokens=4))
 
 

@@ -23,6 +23,7 @@ import httpx
 
 from .processes import LOCAL_HOSTS, die_with_parent, group_alive, group_memory, port_in_use, signal_group, wait_gone
 from .targets import Target
+from .. import engines
 from ..errors import LifecycleError, PortInUseError, ServerError
 
 # Lines after which vLLM's API process may linger although its engine is gone: waiting longer is pointless.
@@ -31,8 +32,9 @@ ENGINE_FAILED = ("Engine core initialization failed", "Worker failed with error"
 BROKEN_CACHE = ("file too short", "InductorError", "Compile cache file corrupted")
 # vLLM hangs on SIGTERM while it is still starting, so a server that never got ready gets only this long.
 STARTING_GRACE_S = 5.0
-# Where each server reads its API key from its environment: vLLM, then llama.cpp's llama-server.
-API_KEY_VARIABLES = ("VLLM_API_KEY", "LLAMA_API_KEY")
+# Where each server reads its API key from its environment (its engine's api_key_variable): whatever the
+# command starts gets the key under every name, and nothing else under any.
+API_KEY_VARIABLES = tuple(e.api_key_variable for e in engines.ENGINES.values() if e.api_key_variable)
 STOP_TIMEOUT_S = 60.0
 POLL_S = 0.25
 ANSWER_TOKENS = 4

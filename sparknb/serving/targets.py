@@ -6,6 +6,7 @@ can say exactly what ran (without the key: it reaches a server through its envir
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import sys
@@ -87,8 +88,9 @@ def resolve(model: ModelParams) -> Target:
             "`lifecycle: {sidecar: true}` (a proxy such as llama-swap that swaps on request).")
     compile_cache = Path(os.path.expanduser(lc.compile_cache)) if lc.compile_cache else None
     if lc.mode == "testbed":  # not the usual port: test servers of other sessions like to sit there
-        return testbed_target(lc.testbed, free_port(), engine=lc.engine or "vllm", api_key=model.api_key(),
-                              ready_timeout_s=lc.ready_timeout_s, compile_cache=compile_cache, env=dict(lc.env))
+        target = testbed_target(lc.testbed, free_port(), engine=lc.engine or "vllm", api_key=model.api_key(),
+                                ready_timeout_s=lc.ready_timeout_s, compile_cache=compile_cache, env=dict(lc.env))
+        return dataclasses.replace(target, name=model.name)  # the params' name (tiny-dense-llamacpp), as a study keys it
     parts = urlsplit(model.endpoint)
     host, port = parts.hostname or HOST, parts.port or (443 if parts.scheme == "https" else 80)
     endpoint = model.endpoint.rstrip("/")

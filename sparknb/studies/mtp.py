@@ -204,8 +204,8 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, study: Study, speculative: b
         notes.append(warning(f"The model's params name speculative decoding ({study.model.speculative}), but the "
                              "server exposes no speculative-decoding counters: tokens per step are unknown."))
     elif not speculative:
-        notes.append(info("This server does not run speculative decoding (vLLM exposes no speculative-decoding "
-                          "counters), so every step yields one token; tokens per second is reported as it is. "
+        notes.append(info("This server does not run speculative decoding (its /metrics shows no speculative-decoding "
+                          "counts), so every step yields one token; tokens per second is reported as it is. "
                           "Compare a speculative run of the same model against this one with `compare_with`."))
     fast, slow = table.iloc[0], table.iloc[-1]
     steps_seen = table["tokens/step"].dropna()

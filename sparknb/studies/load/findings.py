@@ -75,10 +75,14 @@ def _agreement(table: pd.DataFrame) -> list[Finding]:
     if kept.empty:
         return [warning("The server's own timings could not be read (no per-request metrics, no histograms), so "
                         "the client's clock is not checked against the server's.")]
-    worst = kept[list(CHECKED)].abs().max()
+    worst = kept[list(CHECKED)].apply(pd.to_numeric).abs().max()  # NaN: the server does not time it
+
+    def within(col: str, what: str) -> str:
+        return f"{what} within {worst[col]:.1f}%" if not pd.isna(worst[col]) else f"{what} not timed by the server"
+
     beyond, held = kept["TTFT beyond server ms"].dropna(), kept["API server ms"].dropna()
     text = (f"Client against server ({', '.join(sorted(set(kept['server truth'])))}), at every level whose client "
-            f"kept up: decode time within {worst[CHECKED[0]]:.1f}%, end to end within {worst[CHECKED[1]]:.1f}%"
+            f"kept up: {within(CHECKED[0], 'decode time')}, {within(CHECKED[1], 'end to end')}"
             + (f"; TTFT {beyond.min():.1f} to {beyond.max():.1f} ms beyond the server's own (HTTP)"
                if len(beyond) else "")
             + (f"; the API server held each request {held.min():.1f} to {held.max():.1f} ms before its engine queued "

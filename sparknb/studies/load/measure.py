@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 
 from ... import metrics, stream
+from ...errors import EndpointError
 from ...study import Study, server_view
 from .plan import Level, Plan, kv_capacity
 from .prompts import Prompts
@@ -27,9 +28,9 @@ from .tables import level_line
 
 SAMPLE_S = 0.5  # how often the server's gauges are read during a level
 PROBE_S = 0.01  # the lag probe's sleep
-KV_USE = "vllm:kv_cache_usage_perc"
-PREEMPTIONS = "vllm:num_preemptions_total"
-GAUGES = (metrics.RUNNING, metrics.WAITING, KV_USE, PREEMPTIONS, metrics.GENERATED)  # a sample: [t, *GAUGES]
+GIVE_UP_AFTER = 4  # an open-loop level whose first this many requests all failed sends no more
+GAUGES = (metrics.RUNNING, metrics.WAITING, metrics.KV_USE, metrics.PREEMPTIONS,
+          metrics.GENERATED)  # a sample: [t, *GAUGES]
 DROPPED = ("text", "reasoning")  # random-weight noise at best; the lengths are kept
 
 
@@ -38,7 +39,7 @@ def sweep(study: Study, plan: Plan, *, on_chunk: Callable[[], None] | None = Non
     """Every level of the plan, in order; returns the run's records and a note on levels left out.
     `on_chunk` is the test hook that loads the client on purpose (see stream.AsyncEndpoint)."""
     endpoint = study.streaming(on_chunk)
-    capacity = kv_capacity(stream.run(lambda: endpoint.get("/metrics")), plan.source.longest + plan.output_tokens)
+    capacity = kv_capacity(study.endpoint, plan.source.longest + plan.output_tokens)
     levels, note = plan.levels(capacity)
     log(note or f"Measuring {', '.join(lv.name for lv in levels)} with {plan.source.kind} prompts.")
     writer = _Writer(study.run)
@@ -67,10 +68,14 @@ def _measure(study: Study, endpoint: stream.AsyncEndpoint, plan: Plan, level: Le
 
     rec = stream.run(lambda: _level(endpoint, level, plan, keep))
     answered = [r for r in requests if "error" not in r]
-    delta = metrics.settled(study.endpoint.metrics, before, len(answered))
+    if requests and not answered:  # every request the level sent failed: the reason, not an empty table
+        raise EndpointError(f"{level.name}: every one of the {len(requests)} request(s) sent failed, so the sweep "
+                            f"stops here (each is recorded). The first: {requests[0]['error']}")
     tokens = [r["completion_tokens"] for r in answered]
+    total = None if None in tokens else sum(tokens)
+    delta = metrics.settled(study.endpoint.metrics, before, len(answered), tokens=total)
     return rec | {"server": server_view(delta), "interference": metrics.interference(
-        delta, len(answered), None if None in tokens else sum(tokens))}, requests
+        delta, len(answered), total)}, requests
 
 
 def request_record(outcome: stream.Outcome, level: Level) -> dict:
@@ -94,7 +99,8 @@ async def _level(endpoint: stream.AsyncEndpoint, level: Level, plan: Plan,
     watchers = [asyncio.ensure_future(_sample(endpoint, t0, samples)), asyncio.ensure_future(_probe(lags))]
     try:
         if level.mode == "concurrency":
-            sent = await stream.closed_loop(endpoint, _calls(plan.source, level), int(level.value), keep, t0=t0)
+            sent = await stream.closed_loop(endpoint, _calls(plan.source, level), int(level.value), keep, t0=t0,
+                                            give_up_after=int(level.value))
         else:
             offsets = arrivals(level, plan.seed)
             sent = await open_loop(endpoint, (plan.source.call(i) for i in range(len(offsets))), offsets, keep, t0=t0)
@@ -137,15 +143,23 @@ async def open_loop(endpoint: stream.AsyncEndpoint, calls: Iterable[stream.Call]
                     on_done: Callable[[stream.Outcome], None], *, t0: float) -> list[stream.Outcome]:
     """Send each request at its own time, however many are in flight: arrivals that do not wait for
     answers, as independent users make them."""
-    async def at(offset: float, index: int, call: stream.Call) -> stream.Outcome:
+    ended: list[stream.Outcome] = []
+    hopeless = asyncio.Event()  # the first GIVE_UP_AFTER requests all failed: send no more (stream.hopeless)
+
+    async def at(offset: float, index: int, call: stream.Call) -> stream.Outcome | None:
         await asyncio.sleep(max(0.0, t0 + offset - time.perf_counter()))
+        if hopeless.is_set():
+            return None
         outcome = await stream.send(endpoint, index, call, t0)
+        ended.append(outcome)
         on_done(outcome)
+        if stream.hopeless(ended, GIVE_UP_AFTER):
+            hopeless.set()
         return outcome
 
     tasks = [asyncio.ensure_future(at(offset, i, call)) for i, (call, offset) in enumerate(zip(calls, offsets))]
     try:
-        return list(await asyncio.gather(*tasks))
+        return [o for o in await asyncio.gather(*tasks) if o is not None]
     finally:
         await stream.cancelled(tasks)
 
@@ -164,11 +178,17 @@ async def _read(endpoint: stream.AsyncEndpoint, t0: float, samples: list[list]) 
     try:
         text = await endpoint.get("/metrics")
         t = (sent + time.perf_counter()) / 2 - t0
-        lines = [line for line in text.decode().splitlines() if line.startswith(tuple(g + "{" for g in GAUGES))]
-        snap = metrics.Snapshot.parse("\n".join(lines) + "\n", endpoint.model)
+        lines = [line for line in text.decode().splitlines() if line.startswith(_gauge_lines(endpoint.engine))]
+        snap = metrics.Snapshot.parse("\n".join(lines) + "\n", endpoint.model, endpoint.engine)
         samples.append([t, *(snap[g] for g in GAUGES)])
     except Exception as e:
         samples.append([sent - t0, *(None for _ in GAUGES), f"{type(e).__name__}: {e}"])
+
+
+def _gauge_lines(engine) -> tuple[str, ...]:
+    """The starts of the /metrics lines that hold GAUGES, by the engine's own names (labelled or not)."""
+    raw = [name for name, ours in engine.counters.items() if ours in GAUGES]
+    return tuple(name + end for name in raw for end in ("{", " "))
 
 
 async def _probe(lags: list[float]) -> None:

@@ -9,7 +9,6 @@ lock is taken or a folder made.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -170,8 +169,9 @@ def _with_levels(runs: list[PastRun]) -> list[PastRun]:
     return runs
 
 
-def kv_capacity(metrics_text: bytes, tokens_per_request: int) -> int | None:
-    """How many requests of this many tokens vLLM's KV cache holds at once (its cache_config_info gauge);
-    None where the server does not say."""
-    found = re.search(rb'kv_cache_size_tokens="(\d+)"', metrics_text)
-    return int(found.group(1)) // tokens_per_request if found else None
+def kv_capacity(endpoint, tokens_per_request: int) -> int | None:
+    """How many requests of this many tokens the server's KV cache holds at once, as its engine tells
+    (vLLM: its cache_config_info gauge); None where the server does not say."""
+    if "/metrics" in endpoint.not_available:
+        return None
+    return endpoint.engine.kv_capacity(endpoint.metrics_text(), tokens_per_request)

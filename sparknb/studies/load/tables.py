@@ -92,7 +92,8 @@ def agreement(level: dict, requests: list[dict]) -> dict:
     """The client's timings against the server's own for the same requests: all the level's answered
     requests, warmup included, since the server's counters around the level cover exactly those.
 
-    Decode time against vLLM's per-request generation time (else its decode histogram); end to end
+    Decode time against the server's own per-request decode time (vLLM's per-request metrics, llama-server's
+    predicted_ms; else vLLM's decode histogram); end to end
     against its e2e histogram, which runs from the request's arrival at the API server; TTFT as the
     milliseconds beyond the server's own TTFT histogram (HTTP, a fixed cost, not a share); and the
     milliseconds the API server held a request before its engine queued it (its TTFT histogram less the
@@ -100,15 +101,18 @@ def agreement(level: dict, requests: list[dict]) -> dict:
     """
     view = level.get("server") or {}
     answered = [r for r in requests if "error" not in r]
-    per_request = bool(answered) and all(
-        all((r.get("server") or {}).get(k) is not None for k in ("queue_s", "ttft_s", "decode_s")) for r in answered)
+
+    def timed(*fields: str) -> bool:  # every answered request carries the server's own figure (its engine's)
+        return bool(answered) and all(all((r.get("server") or {}).get(k) is not None for k in fields)
+                                      for r in answered)
 
     def mean(field: str, server: bool = False) -> float | None:
         return _mean([(r["server"] if server else r).get(field) for r in answered]) if answered else None
 
+    per_request, decode_timed = timed("queue_s", "ttft_s", "decode_s"), timed("decode_s")
     engine_ttft = mean("queue_s", True) + mean("ttft_s", True) if per_request else None
-    decode = mean("decode_s", True) if per_request else view.get("decode_s")
-    source = "per-request metrics" if per_request else None
+    decode = mean("decode_s", True) if decode_timed else view.get("decode_s")
+    source = "per-request metrics" if per_request else "per-request timings" if decode_timed else None
     if view.get("e2e_s") is not None or view.get("ttft_s") is not None:
         source = f"{source} + histograms" if source else "histograms (level means)"
     return {"decode vs server %": _over(mean("decode_s"), decode),

@@ -158,7 +158,7 @@ def _ask(study: Study, work: Work, log: Callable[[str], None]) -> Batch:
 def _batch(t: _Tally, work: Work, wall: float, cpu: float, delta: metrics.Delta | None) -> Batch:
     completion = None if t.unknown else t.tokens
     d = delta or metrics.Delta({})  # no second scrape: every server figure unknown
-    hits, queries = d[metrics.PREFIX_HITS], d[metrics.PREFIX_QUERIES]
+    hits, queries = d[metrics.PREFIX_HITS], d.prefix_queries()
     return Batch(t.answered, len(work.reused), t.failures, work.plan.concurrency, wall,
                  None if t.unknown else t.prompt_tokens, completion, cpu, t.request_s,
                  d.histogram(metrics.E2E)[0], d[metrics.GENERATED], d.requests(),

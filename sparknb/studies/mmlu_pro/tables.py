@@ -36,4 +36,4 @@ def _batch_row(b: dict) -> dict:
             "batch tok/s": b.get("tokens_per_s"),
             "longest prompt tokens": b.get("longest_prompt_tokens"),
             "client CPU % of wall": None if share is None else 100 * share,
-            "request time outside vLLM %": None if outside is None else 100 * outside}
+            "request time outside the server %": None if outside is None else 100 * outside}

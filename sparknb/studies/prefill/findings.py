@@ -13,6 +13,7 @@ from dataclasses import asdict
 
 import pandas as pd
 
+from ...engines import Engine
 from ...report import Finding, as_records, duration, info, warning
 from ...study import drifts
 from ...verdict import MIN_SAMPLES
@@ -27,9 +28,11 @@ SERVER_COLUMNS = {"server TTFT ms": "time_to_first_token", "server prefill ms": 
 
 
 def findings(df: pd.DataFrame, table: pd.DataFrame, fit_: Fit | None, plan: Plan, cache: CacheCount,
-             note: str | None = None, stopped: dict[int, str] | None = None) -> list[Finding]:
+             note: str | None = None, stopped: dict[int, str] | None = None, engine: Engine | None = None
+             ) -> list[Finding]:
     """Every reason to doubt the numbers, each naming the lengths it is about where it is not the whole
-    run (a headline row at that length carries it as its caveat), then what the fit says about them."""
+    run (a headline row at that length carries it as its caveat), then what the fit says about them.
+    `engine` (the server's, sparknb.engines) names a stall of its own where the time outside it shows one."""
     notes = []
     if plan.allow_cache_hits:
         notes.append(Finding("marked", "this run allowed prefix-cache hits on purpose (each length's prompt "
@@ -41,7 +44,7 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, fit_: Fit | None, plan: Plan
     notes += drifts(df, "ttft_s", "TTFT", duration)
     if table.empty:
         return notes + [warning("No clean measurement was taken.")]
-    notes += _about_samples(table, stopped or {}) + _about_spread(df) + _about_server(table) + _about_load(df)
+    notes += _about_samples(table, stopped or {}) + _about_spread(df) + _about_server(df, table, engine) + _about_load(df)
     if fit_ is not None:
         notes += _about_fit(table, fit_)
     return notes
@@ -102,10 +105,12 @@ def _about_samples(table: pd.DataFrame, stopped: dict[int, str]) -> list[Finding
     return notes
 
 
-def _about_server(table: pd.DataFrame) -> list[Finding]:
-    """the server's own times: those it did not give, and how far the client's TTFT is from its own."""
+def _about_server(df: pd.DataFrame, table: pd.DataFrame, engine: Engine | None = None) -> list[Finding]:
+    """the server's own times: those it did not give, and how far the client's TTFT is from its own; a stall
+    that is the server's own (its engine's trap) is named as such, with its fix, never blamed on the machine."""
     notes = []
-    missing = [c for c in SERVER_COLUMNS if table[c].isna().any()]
+    columns = [c for c in SERVER_COLUMNS if not (engine is not None and c in engine.untimed)]
+    missing = [c for c in columns if table[c].isna().any()]
     if missing:
         notes.append(warning(f"the server's own {', '.join(SERVER_COLUMNS[c] for c in missing)} could not be read at "
                              f"some lengths (the server exposes no such histogram, or it did not move): the "
@@ -117,6 +122,9 @@ def _about_server(table: pd.DataFrame) -> list[Finding]:
     if (gap < -2).any():
         notes.append(warning("the client saw the first token before the server says it made it: the clocks or the "
                              "counters are not to be trusted here."))
+    stall = engine.stall(*_outside(df)) if engine is not None else None
+    if stall:
+        return notes + [warning(stall)]
     notes.append(info(f"Outside the server (HTTP, the client, streaming) each request spent {gap.min():.1f} to "
                       f"{gap.max():.1f} ms of its TTFT; the rest is the server's own time to first token."))
     if gap.max() > 2 * max(gap.iloc[0], 1.0) and gap.max() - gap.iloc[0] > 10:
@@ -126,6 +134,20 @@ def _about_server(table: pd.DataFrame) -> list[Finding]:
                              "machine holds up the client or the server's front end; the client's TTFTs then "
                              "include that delay, and the server's own columns show the engine's time alone."))
     return notes
+
+
+def _outside(df: pd.DataFrame) -> tuple[list[float], list[int | None]]:
+    """Each clean request's time outside the server before its first token (ms), in the order sent, and the
+    prompt length sent just before it (None for the first): a stall that grows with the previous prompt is the
+    server saving that prompt, not this one's cost."""
+    ordered = df.sort_values("seq")
+    before = ordered["prompt_length"].shift(1)
+    ordered = ordered.assign(before=before)
+    ordered = clean(ordered)
+    server_first = ordered["server_ttft_s"].fillna(ordered["server_prefill_s"])
+    keep = server_first.notna()
+    outside = (1000 * (ordered["ttft_s"] - server_first))[keep]
+    return [float(v) for v in outside], [None if pd.isna(b) else int(b) for b in ordered["before"][keep]]
 
 
 def _about_load(df: pd.DataFrame) -> list[Finding]:

@@ -81,7 +81,7 @@ def sweep(study: Study, plan: Plan, lengths: Sequence[int],
                 {"prompt_length": length, "rep": rep, "warmup": rep < 0, "seq": k,
                  "cache_hits_allowed": plan.allow_cache_hits, "load_1m": _load()},
                 lambda ep, prompt=prompt: ep.complete(prompt, max_tokens=plan.output_tokens, temperature=0.0,
-                                                      ignore_eos=True),
+                                                      ignore_eos=True, reuse_prompt=plan.allow_cache_hits),
             )
             if rep >= 0:
                 order.add(length, None if rec["interference"] else rec["ttft_s"])
@@ -90,7 +90,7 @@ def sweep(study: Study, plan: Plan, lengths: Sequence[int],
             if not plan.allow_cache_hits:
                 check_no_cache_hits([rec])
         d = metrics.delta(before, study.endpoint.metrics())
-        cache = CacheCount(queries=d[metrics.PREFIX_QUERIES], hits=d[metrics.PREFIX_HITS], restarted=bool(d.reset))
+        cache = CacheCount(queries=d.prefix_queries(), hits=d[metrics.PREFIX_HITS], restarted=bool(d.reset))
         records = study.records()
         if not plan.allow_cache_hits:
             check_no_cache_hits(records, cache)

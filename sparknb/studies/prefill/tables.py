@@ -65,7 +65,9 @@ def summarize(df: pd.DataFrame, stopped: dict[int, str] | None = None) -> pd.Dat
         def server_ms(column, g=g):
             return 1000 * float(g[column].median()) if g[column].notna().all() else None
 
-        both = g["server_ttft_s"].notna().all()
+        # The server's own time to the first token where it gives one (vLLM); else its prompt time (llama-server)
+        server_first = g["server_ttft_s"].fillna(g["server_prefill_s"])
+        both = server_first.notna().all()
         out.append({
             "prompt tokens": int(length),
             "n": len(g),
@@ -79,7 +81,7 @@ def summarize(df: pd.DataFrame, stopped: dict[int, str] | None = None) -> pd.Dat
             "server TTFT ms": server_ms("server_ttft_s"),
             "server prefill ms": server_ms("server_prefill_s"),
             "server queue ms": server_ms("server_queue_s"),
-            "outside the server ms": 1000 * float((g["ttft_s"] - g["server_ttft_s"]).median()) if both else None,
+            "outside the server ms": 1000 * float((g["ttft_s"] - server_first).median()) if both else None,
             "cache hit %": _hit_percent(g),
             **({"stopped": stopped.get(int(length))} if stopped else {}),
         })

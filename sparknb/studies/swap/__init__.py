@@ -14,8 +14,8 @@ from .measure import run
 from .memory import cache_state, clear_cache, memory
 from .plan import Plan
 from .plots import plot
-from .tables import BAR_PARTS, EMPTY, STAGES_CAPTION, fingerprint_table, frame, memory_table, reported, stages
+from .tables import EMPTY, EVICT, FIRST_ANSWER, caption, fingerprint_table, frame, memory_table, reported, stage_names, stages
 
 __all__ = [
-    "headline_rows","BAR_PARTS", "EMPTY", "Plan", "SINGLE_CAVEAT", "STAGES_CAPTION", "cache_state", "clear_cache", "findings",
+    "headline_rows","EMPTY", "EVICT", "FIRST_ANSWER", "Plan", "SINGLE_CAVEAT", "caption", "stage_names", "cache_state", "clear_cache", "findings",
            "fingerprint_table", "frame", "memory", "memory_table", "plot", "reported", "run", "stages", "summary"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ...report import Finding, as_records, info, warning
 from ...serving import startup_log
-from ...serving.startup_log import STAGES
 from .tables import EMPTY, frame, stages
 
 SINGLE_CAVEAT = ("These are single measurements, not distributions: treat them as the right order of magnitude, "
@@ -102,7 +101,7 @@ def _model_difference(ok: list[dict]) -> list[Finding]:
                               "other: too close to name a stage that accounts for it."))
             continue
         sa, sb = ra["startup"]["stages"], rb["startup"]["stages"]
-        deltas = {k: sb[k] - sa[k] for k in STAGES if sa.get(k) is not None and sb.get(k) is not None}
+        deltas = {k: sb[k] - sa[k] for k in sa if sa.get(k) is not None and sb.get(k) is not None}
         if not deltas:
             notes.append(warning(f"With the compile cache {cache}, {b} took {diff:.1f} s longer than {a} to become "
                                  "ready, but their logs share no stage to compare (unknown, not zero)."))

@@ -1,19 +1,34 @@
-"""The swap study's tables, read from its records: transitions, stages, vLLM's own figures, memory."""
+"""The swap study's tables, read from its records: transitions, stages, the server's own figures, memory.
+
+The stages are the server's own, as its engine's log reader names them (vLLM: serving.startup_log.STAGES;
+llama-server: serving.llama_log.STAGES), in the order the records give them."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ...serving.startup_log import STAGE_HELP, STAGES
+from ...serving import llama_log, startup_log
 from ...study import Study
 
 EMPTY = "(empty)"
 EVICT, FIRST_ANSWER = "evict", "first answer"
-BAR_PARTS = (EVICT, *STAGES, FIRST_ANSWER)  # together: what a client waited
-PART_HELP = {EVICT: "stopping the resident model", **STAGE_HELP,
-             FIRST_ANSWER: "from the ready URL's answer until the first request was answered"}
-STAGES_CAPTION = "Seconds per part of each wait, adding up to it. " + "; ".join(
-    f"{name}: {PART_HELP[name]}" for name in BAR_PARTS) + "."
+ENDS = {EVICT: "stopping the resident model", FIRST_ANSWER: "from the ready URL's answer until the first request was "
+        "answered"}
+
+
+def stage_names(records: list[dict]) -> tuple[str, ...]:
+    """The stages the starts' logs were read into, in their readers' order (one server family, or several)."""
+    seen = {k for r in records if r.get("kind") == "start" for k in ((r.get("startup") or {}).get("stages") or {})}
+    ordered = [k for k in (*startup_log.STAGES, *llama_log.STAGES) if k in seen]
+    return tuple(dict.fromkeys(ordered)) or startup_log.STAGES
+
+
+def caption(table: pd.DataFrame) -> str:
+    """What each part of the wait is, for the parts the table has."""
+    helps = ({**startup_log.STAGE_HELP, **llama_log.STAGE_HELP}
+             if set(table.columns) & (set(llama_log.STAGES) - set(startup_log.STAGES)) else startup_log.STAGE_HELP)
+    return "Seconds per part of each wait, adding up to it. " + "; ".join(
+        f"{name}: {ENDS.get(name) or helps.get(name, '')}" for name in table.columns) + "."
 
 
 def largest(rec: dict, n: int = 2) -> list[tuple[str, float]]:
@@ -47,19 +62,19 @@ def frame(records: list[dict]) -> pd.DataFrame:
 
 def stages(records: list[dict]) -> pd.DataFrame:
     """Seconds per part of each wait, from the eviction to the first answer; each row sums to the wait."""
-    rows = {}
+    rows, names = {}, stage_names(records)
     for r in records:
         if r.get("kind") != "start" or not r.get("ok"):
             continue
         s = (r.get("startup") or {}).get("stages") or {}
-        row = {EVICT: r.get("evict_s") or 0.0, **{k: s.get(k) for k in STAGES},
+        row = {EVICT: r.get("evict_s") or 0.0, **{k: s.get(k) for k in names},
                FIRST_ANSWER: r["first_answer_s"] - r["ready_s"]}
         rows[f"{r['step']}: {r['model']} ({r.get('compile_cache', '?')})"] = row
-    return pd.DataFrame.from_dict(rows, orient="index", columns=list(BAR_PARTS))
+    return pd.DataFrame.from_dict(rows, orient="index", columns=[EVICT, *names, FIRST_ANSWER])
 
 
 def reported(records: list[dict]) -> pd.DataFrame:
-    """vLLM's own figures per start, to check the stages read from whole-second timestamps against."""
+    """The server's own figures per start (vLLM's "took N s", llama-server's buffer sizes), to check the stages against."""
     rows = {f"{r['step']}: {r['model']}": (r.get("startup") or {}).get("reported") or {}
             for r in records if r.get("kind") == "start" and r.get("startup")}
     return pd.DataFrame.from_dict(rows, orient="index")
@@ -83,9 +98,9 @@ def memory_table(records: list[dict]) -> pd.DataFrame:
 
 def fingerprint_table(study: Study, sidecar: bool) -> pd.DataFrame:
     """The study's fingerprint, with the server row saying who starts the servers and no weights row:
-    each start's vLLM version, weights and dtype are in its own record."""
+    each start's server version, weights and dtype are in its own record."""
     table = study.fingerprint_table()
-    servers = "started per step by this study; each start's vLLM version, weights and dtype are in its record"
+    servers = "started per step by this study; each start's server version, weights and dtype are in its record"
     if sidecar:
         servers = "behind a sidecar proxy that swaps on request; nothing is started or stopped here"
     table.loc["server", "value"] = servers

@@ -1,0 +1,71 @@
+"""The record of one server family, with what every OpenAI-compatible server shares as its defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any
+
+# A POST (or, with no body, a GET) to the server's root: (path, json body) -> its json answer, or None where
+# the server has no such route. The engine says what to ask; the endpoint owns the connection, the key, and
+# the error for any other answer.
+Post = Callable[[str, dict | None], Any]
+
+
+class Engine:
+    """What one kind of server wants and gives beyond OpenAI's API. Subclasses set the class attributes
+    and override the methods where their server differs; one instance of each lives in engines.ENGINES."""
+
+    key = "openai"
+    name = "an OpenAI-compatible server"  # in sentences: "as {name} timed it"
+    short = "server"  # in column headings: "server ms/token"
+    signature_path = ""  # the route whose answer tells this engine apart (see engines.detect)
+    token_prompts = False  # a prompt may be a list of token ids, read as those tokens
+    counters: Mapping[str, str] = {}  # the server's metric names (a histogram by its base name) -> sparknb's
+    metric_labels: tuple[str, ...] = ()  # labels that tell samples of one metric apart (kept in the key)
+    model_label: str | None = None  # the label naming the served model, where one server serves several
+    timings_field: str | None = None  # the key of the per-request timings in a stream's events
+    api_key_variable: str | None = None  # where the server reads its API key from its own environment
+    process_name = ""  # a word of its GPU process's command line
+    log: ModuleType | None = None  # the reader of its start-up log (serving.startup_log or serving.llama_log)
+    untimed: tuple[str, ...] = ()  # the server-time columns of the tables it never fills (not a missing counter)
+
+    def recognises(self, answer: Any) -> bool:
+        return False
+
+    def request_fields(self, ignore_eos: bool, max_tokens: int, reuse_prompt: bool) -> dict:
+        """The request's fields beyond OpenAI's: a fixed answer length (`ignore_eos`), and whether the server
+        may serve the prompt's start from a cache of earlier prompts (`reuse_prompt`), where it can be told."""
+        return {}
+
+    def tokenize(self, post: Post, model: str, text: str, special_tokens: bool) -> list[int] | None:
+        """The server's own token ids of `text`, or None where it has no /tokenize (the local tokenizer counts)."""
+        return None
+
+    def tokenize_chat(self, post: Post, model: str, messages: list[dict]) -> list[int] | None:
+        """The prompt tokens of a chat request as the server will see them, or None where it cannot say."""
+        return None
+
+    def timings(self, block: dict) -> dict:
+        """The server's timings of one request (the block under `timings_field`), in seconds and sparknb's
+        names: queue_s, ttft_s, prefill_s, decode_s, prompt_tokens, decode_tokens, cached_tokens, spec_decode."""
+        return {}
+
+    def kv_capacity(self, metrics_text: str, tokens_per_request: int) -> int | None:
+        """How many requests of this many tokens its KV cache holds at once, where its /metrics says."""
+        return None
+
+    def facts(self, ask: Post, model_entry: dict) -> dict:
+        """What the fingerprint can read of the server: version, weights, dtype, quantization, context
+        (`ask(path, None)` GETs a path of the server's root; `model_entry` is the model's in /v1/models)."""
+        return {}
+
+    def stall(self, outside_ms: list[float], after_length: list[int | None]) -> str | None:
+        """Where the time requests spent outside the server's own clock before their first token (TTFT less the
+        server's time to it, in the order sent; `after_length`: the prompt length sent just before each) is a
+        known stall of this engine: the finding that names it, its evidence and its fix. None: nothing of the
+        engine's own explains it."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<engine {self.key}>"

@@ -1,0 +1,132 @@
+"""llama.cpp's llama-server: what Spark owners run most after vLLM (llama.cpp 0.5.0-dev as checked).
+
+- No /version; /props names it (`build_info`, `model_path`, `total_slots`, the slot's `n_ctx`), and each
+  model's entry in /v1/models carries `meta` (n_ctx_train, n_params, size in bytes, n_vocab, file type).
+- /tokenize reads `{"content", "add_special"}`. Given vLLM's body it answers 200 `{"tokens": []}`, an empty
+  list rather than an error: the endpoint refuses an empty count of a non-empty text, so nothing loops on it.
+  A chat's prompt is its template applied by /apply-template, then tokenized with the special tokens.
+- A fixed answer length is `ignore_eos`; a prompt may be token ids. `cache_prompt` (on by default) lets a
+  slot reuse the longest common prefix of its previous prompt: off in a timed request unless the study
+  allows cache hits, and any reuse is seen per request as `cache_n`.
+- The last event of every stream carries `timings`: prompt_n and prompt_ms (the prompt tokens it processed
+  and the time), predicted_n and predicted_ms (generation), cache_n, and draft_n / draft_n_accepted with a
+  draft model (--model-draft). No per-token ids come back, so one text event is taken as one token.
+- /metrics only with --metrics: `llamacpp:` counters of prompt and predicted tokens and their seconds,
+  cached prompt tokens, speculative counts, and the gauges requests_processing / requests_deferred. No count
+  of finished requests: whether another client used the server is told by the tokens it generated.
+- Its own trap: the host-memory prompt cache (--cache-ram, 8192 MiB by default) saves the previous prompt
+  before each new one, tens to hundreds of ms before prefill starts, which a client sees as TTFT: the
+  studies measure it as TTFT less the server's prompt time and name it, with its fix (--cache-ram 0).
+- Its start-up log is read by serving.llama_log; it reads its key from LLAMA_API_KEY.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from .. import metrics
+from ..serving import llama_log
+from .base import Engine, Post
+
+STALL_FIX = "--cache-ram 0"
+STALL_MS = 5.0  # beyond HTTP and the client (under 1 ms at any length here): a wait inside the server
+
+
+class LlamaCpp(Engine):
+    key = "llama.cpp"
+    name = "llama-server"
+    short = "llama-server"
+    signature_path = "/props"
+    token_prompts = True
+    counters = {
+        "llamacpp:requests_processing": metrics.RUNNING,
+        "llamacpp:requests_deferred": metrics.WAITING,
+        "llamacpp:kv_cache_usage_ratio": metrics.KV_USE,
+        "llamacpp:tokens_predicted_total": metrics.GENERATED,
+        "llamacpp:prompt_tokens_total": metrics.PROMPT_PROCESSED,  # a prompt's cached start is not in it
+        "llamacpp:prompt_tokens_cached_total": metrics.PREFIX_HITS,
+        "llamacpp:tokens_predicted_seconds_total": metrics.DECODE + "_sum",
+        "llamacpp:prompt_seconds_total": metrics.PREFILL + "_sum",
+        "llamacpp:spec_decode_num_drafts_total": metrics.DRAFTS,
+        "llamacpp:spec_decode_num_draft_tokens_total": metrics.DRAFT_TOKENS,
+        "llamacpp:spec_decode_num_accepted_tokens_total": metrics.ACCEPTED,
+    }
+    timings_field = "timings"
+    api_key_variable = "LLAMA_API_KEY"
+    process_name = "llama-server"
+    log = llama_log
+    untimed = ("server TTFT ms", "server queue ms")  # it times the prompt, not the request from its arrival
+
+    def recognises(self, answer: Any) -> bool:
+        return isinstance(answer, dict) and ("build_info" in answer or "default_generation_settings" in answer)
+
+    def request_fields(self, ignore_eos: bool, max_tokens: int, reuse_prompt: bool) -> dict:
+        return {"ignore_eos": ignore_eos, **({} if reuse_prompt else {"cache_prompt": False})}
+
+    def tokenize(self, post: Post, model: str, text: str, special_tokens: bool) -> list[int] | None:
+        answer = post("/tokenize", {"content": text, "add_special": special_tokens})
+        return None if answer is None else answer["tokens"]
+
+    def tokenize_chat(self, post: Post, model: str, messages: list[dict]) -> list[int] | None:
+        applied = post("/apply-template", {"messages": messages})
+        if applied is None or "prompt" not in applied:
+            return None
+        return self.tokenize(post, model, applied["prompt"], True)
+
+    def timings(self, block: dict) -> dict:
+        def seconds(key: str) -> float | None:
+            return block[key] / 1000 if block.get(key) is not None else None
+
+        drafted = block.get("draft_n")
+        return {"queue_s": None, "ttft_s": None, "prefill_s": seconds("prompt_ms"), "decode_s": seconds("predicted_ms"),
+                "prompt_tokens": block.get("prompt_n"), "decode_tokens": block.get("predicted_n"),
+                "cached_tokens": block.get("cache_n"), "tokens_per_s": block.get("predicted_per_second"),
+                "spec_decode": None if drafted is None else {"draft_tokens": drafted,
+                                                             "accepted_tokens": block.get("draft_n_accepted")}}
+
+    def stall(self, outside_ms: list[float], after_length: list[int | None]) -> str | None:
+        """The host-memory prompt cache's stall: a wait before the prompt beyond HTTP and the client, which grows
+        with the prompt sent before (the one being saved), not with this one."""
+        if len(outside_ms) < 2 or statistics.median(outside_ms) < STALL_MS:
+            return None
+        by_before: dict[int, list[float]] = {}
+        for ms, before in zip(outside_ms, after_length):
+            if before is not None:
+                by_before.setdefault(before, []).append(ms)
+        evidence = ""
+        if len(by_before) >= 2:
+            short, long_ = min(by_before), max(by_before)
+            a, b = statistics.median(by_before[short]), statistics.median(by_before[long_])
+            if b < 1.5 * a:  # not the previous prompt's size: nothing of llama-server's own explains it
+                return None
+            evidence = (f"; it grows with the prompt sent before, the one being saved ({a:.0f} ms after prompts of "
+                        f"{short:,} tokens, {b:.0f} ms after prompts of {long_:,})")
+        return (f"LLAMA-SERVER'S OWN STALL: requests waited {min(outside_ms):.0f} to {max(outside_ms):.0f} ms "
+                f"(median {statistics.median(outside_ms):.0f} ms) before llama-server began their prompt (the client's "
+                f"TTFT less the server's own prompt time){evidence}. That is llama-server's host-memory prompt cache "
+                "(--cache-ram, 8192 MiB by default) saving the previous prompt before each new one, not this machine: "
+                "its log shows the wait between 'selected slot by LRU' and 'processing task'. Start llama-server with "
+                f"{STALL_FIX} to measure prefill alone; the TTFTs here include the stall, and so does the fit's fixed "
+                "overhead.")
+
+    def facts(self, ask: Post, model_entry: dict) -> dict:
+        props = ask("/props", None) or {}
+        meta = model_entry.get("meta") or {}
+        slot = props.get("default_generation_settings") or {}
+        ftype = meta.get("ftype") or props.get("model_ftype")
+        return {"version": props.get("build_info", "unknown"), "root": props.get("model_path"),
+                "max_model_len": slot.get("n_ctx") or meta.get("n_ctx"),
+                "dtype": ftype or "not stated", "quantization": _quantization(ftype),
+                "parameters": meta.get("n_params"), "weights_bytes": meta.get("size"),
+                "context_trained": meta.get("n_ctx_train"), "slots": props.get("total_slots")}
+
+
+def _quantization(ftype: str | None) -> str:
+    """A GGUF file type names its quantization (Q4_0, Q8_0, IQ4_XS, ...); F32, F16 and BF16 are none."""
+    if not ftype:
+        return "not stated"
+    return "none" if ftype.upper() in ("F32", "F16", "BF16") else ftype
+
+
+LLAMACPP = LlamaCpp()
