@@ -46,7 +46,7 @@ class PromptMaker:
         self._seed = seed
         self._filler: list[int] = []
 
-    def _filler_tokens(self, n: int) -> list[int]:
+    def _filler_tokens(self, n: int, prompt: int) -> list[int]:
         """At least n tokens of filler. Bounded: a tokenizer that gives far fewer tokens than words (none, or a
         cut-off count) is an error that says so, never a loop over ever longer texts."""
         words = max(64, n)
@@ -58,7 +58,7 @@ class PromptMaker:
         if len(self._filler) >= n:
             return self._filler
         raise EndpointError(
-            f"Cannot make a prompt of {n:,} tokens: {words // 2:,} words of filler came back as only "
+            f"Cannot make a prompt of {prompt:,} tokens: {words // 2:,} words of filler came back as only "
             f"{len(self._filler):,} tokens from the tokenizer. It is not counting this text (a /tokenize that "
             "reads another body, or one that cuts its answer short): name the server's engine, or a local "
             "`tokenizer:`, in the model's params.")
@@ -71,4 +71,4 @@ class PromptMaker:
         if len(head) >= n_tokens:
             raise ValueError(f"{n_tokens} tokens is too short to hold a unique opening of {len(head)} tokens; "
                              f"use {len(head) + 1} or more")
-        return head + self._filler_tokens(n_tokens - len(head))[: n_tokens - len(head)]
+        return head + self._filler_tokens(n_tokens - len(head), n_tokens)[: n_tokens - len(head)]
