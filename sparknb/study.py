@@ -53,6 +53,11 @@ class Study:
     def limit(self) -> bandwidth.Limit:
         return bandwidth.limit(self.model, self.hardware)
 
+    @property
+    def speculative(self) -> bool | None:
+        """Whether the server speculates, as read when the run opened (its engine's word, else its counters)."""
+        return ((self.fingerprint.get("server") or {}).get("speculative") or {}).get("server_counts_drafts")
+
     def streaming(self, on_chunk: Callable[[], None] | None = None) -> stream.AsyncEndpoint:
         """The same server and model for many requests at once (stream.batch), with what info() found of it."""
         ep = self.endpoint
@@ -319,7 +324,9 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
         else:
             all_params |= {"model": loaded[0].model_dump(), "endpoint": ep.url}
             scrape = ep.metrics()
-            drafts = scrape.has(metrics.DRAFTS) if scrape.values else None
+            # Whether the server speculates: where its engine can tell (llama-server's slots), else by its counters
+            drafts = (server.facts["speculative"] if server.facts.get("speculative") is not None
+                      else scrape.has(metrics.DRAFTS) if scrape.values else None)
             server_facts = server.as_dict() | {"speculative": {"declared": loaded[0].speculative,
                                                                "server_counts_drafts": drafts}}
         run = Run.create(notebook, all_params, run_id=run_id, outputs=outputs,

@@ -102,6 +102,14 @@ def test_dirty_tree_and_not_a_checkout(git_repo: Path, tmp_path: Path) -> None:
     assert project["dirty"] is None and project["reason"]
 
 
+def test_a_project_copy_inside_another_repository_records_no_commit_of_that_one(git_repo: Path) -> None:
+    """A copy of the project without .git, unpacked inside some other checkout: its commit is not ours."""
+    copy = git_repo / "vendor" / "sparknb-copy"
+    copy.mkdir(parents=True)
+    project = fingerprint.take(server=SERVER, params={}, project_dir=copy, packages=())["project"]
+    assert project["commit"] == "not a git checkout" and "not the top of a git checkout" in project["reason"]
+
+
 @pytest.mark.skipif(HAS_GPU, reason="an NVIDIA GPU is present here")
 def test_nvml_without_a_gpu_says_why() -> None:
     result = fingerprint.nvml()

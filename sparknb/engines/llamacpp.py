@@ -115,7 +115,10 @@ class LlamaCpp(Engine):
         meta = model_entry.get("meta") or {}
         slot = props.get("default_generation_settings") or {}
         ftype = meta.get("ftype") or props.get("model_ftype")
+        slots = ask("/slots", None) if props.get("endpoint_slots", True) else None
+        speculative = any(s.get("speculative") for s in slots) if isinstance(slots, list) and slots else None
         return {"version": props.get("build_info", "unknown"), "root": props.get("model_path"),
+                "speculative": speculative,  # a draft model loaded: its spec counters exist either way
                 "max_model_len": slot.get("n_ctx") or meta.get("n_ctx"),
                 "dtype": ftype or "not stated", "quantization": _quantization(ftype),
                 "parameters": meta.get("n_params"), "weights_bytes": meta.get("size"),
