@@ -128,7 +128,7 @@ def test_the_decode_notebook_runs_and_says_what_it_could_not_check(served, tmp_p
     assert "version not available from this server" in outputs_text(nb)
     fingerprint = json.loads((folder / "fingerprint.json").read_text())
     shown = fingerprint_table(fingerprint)["value"]
-    assert "without vLLM's side doors" in shown["server"]
+    assert "an OpenAI-API-only server (no /version, no /props)" in shown["server"]
     doors = shown["not available from this server"]
     assert "/version: the server's version" in doors and "/tokenize: the server's own token counts" in doors
     assert "/metrics: the server's own counters" in doors
