@@ -17,7 +17,8 @@ MASK = "***"
 
 
 # Whole words, so that max_tokens, prompt_tokens and tokenizer stay readable; "key" and "token" only as
-# the last word (HF_TOKEN, api_key, X-Api-Key), so that first_token_s stays readable too.
+# the last word (HF_TOKEN, api_key, X-Api-Key), so that first_token_s stays readable too, and never after
+# "per" (j_per_generated_token is a figure, not a token).
 _SECRET_WORDS = {"apikey", "secret", "password", "passwd", "pwd", "auth", "authorization", "credentials", "cookie"}
 _SECRET_LAST_WORDS = {"key", "token"}
 _SHELL_VARIABLES = {"PWD", "OLDPWD"}  # the working directory, not a password
@@ -36,6 +37,8 @@ def looks_secret(name: str) -> bool:
     words = re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower())
     words = [w for w in words if w]
     if not words or words[-1] == "env":
+        return False
+    if "per" in words[:-1] and words[-1] in _SECRET_LAST_WORDS:  # a rate: j_per_generated_token, ms_per_token
         return False
     return words[-1] in _SECRET_LAST_WORDS or any(
         w in _SECRET_WORDS or w.endswith(("password", "secret", "apikey")) for w in words)
