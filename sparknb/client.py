@@ -255,25 +255,24 @@ class Endpoint:
             ids = self._counted(self.engine.tokenize_chat(self._ask, self.model, messages), messages)
         return ids if ids is not None else self.local_tokenizer().encode_chat(messages)
 
-    def metrics_text(self) -> str:
-        """The server's /metrics as it gives it (its own names), for what only its engine reads."""
-        r = self._get("/metrics")
-        if r.status_code != 200:
-            raise EndpointError(f"{self.shown_root}/metrics answered {r.status_code}.")
-        return r.text
-
-    def metrics(self) -> Snapshot:
-        """The server's counters; an empty scrape (every figure unknown) from a server without /metrics."""
+    def metrics_text(self) -> str | None:
+        """The server's /metrics as it gives it (its own names), or None from a server without /metrics."""
         if "/metrics" in self.not_available:
-            return Snapshot({})
+            return None
         r = self._get("/metrics")
         if r.status_code in ABSENT:
             self._lacks("/metrics")
-            return Snapshot({})
+            return None
         if r.status_code != 200:
             raise EndpointError(f"{self.shown_root}/metrics answered {r.status_code}; the server's own "
                                 "counters are needed to check the client's figures.")
-        return Snapshot.parse(r.text, self.model, self.engine)
+        return r.text
+
+    def metrics(self) -> Snapshot:
+        """The server's counters, under sparknb's names; an empty scrape (every figure unknown) from a server
+        without /metrics."""
+        text = self.metrics_text()
+        return Snapshot({}) if text is None else Snapshot.parse(text, self.model, self.engine)
 
     # -- one streamed request -------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ requests_processing. A figure the engine does not count is absent, and reads as 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -202,10 +202,12 @@ def interference(d: Delta, requests: int, completion_tokens: int | None) -> str 
     return None
 
 
-def unchecked(d: Delta) -> list[str]:
-    """The cross-checks this server's counters cannot support, said in words rather than read as zero."""
+def unchecked(d: Delta, known: Iterable[str] = ()) -> list[str]:
+    """The cross-checks this server's counters cannot support, said in words rather than read as zero;
+    `known`: the figures (by these names) that the request's own timings gave instead."""
+    given = set(known)
     missing = [(GENERATED, "the tokens the server generated"), (PREFIX_HITS, "prefix-cache hits"),
                (DECODE + "_sum", "the server's own decode time")]
     told = d.requests() is not None or d[GENERATED] is not None
-    return ([] if told else ["whether another client used the server"]) + [what for name, what in missing
-                                                                         if d[name] is None]
+    unknown = [what for name, what in missing if d[name] is None and name not in given]
+    return ([] if told else ["whether another client used the server"]) + unknown

@@ -370,7 +370,6 @@ def server_view(d: metrics.Delta, per_request: dict | None = None) -> dict:
         drafted, accepted = own["spec_decode"]["draft_tokens"], own["spec_decode"].get("accepted_tokens")
         spec = spec | {"draft_tokens": drafted, "accepted_tokens": accepted,
                        "acceptance_rate": accepted / drafted if drafted and accepted is not None else None}
-    unchecked = [what for what in metrics.unchecked(d)
-                 if not (what == "prefix-cache hits" and view["prefix_cache_hits"] is not None)
-                 and not (what == "the server's own decode time" and view["decode_s"] is not None)]
-    return view | {"spec_decode": spec, "unchecked": unchecked, "per_request": per_request}
+    pairs = ((metrics.PREFIX_HITS, "prefix_cache_hits"), (metrics.DECODE + "_sum", "decode_s"))
+    known = [name for name, figure in pairs if view[figure] is not None]
+    return view | {"spec_decode": spec, "unchecked": metrics.unchecked(d, known), "per_request": per_request}

@@ -172,6 +172,5 @@ def _with_levels(runs: list[PastRun]) -> list[PastRun]:
 def kv_capacity(endpoint, tokens_per_request: int) -> int | None:
     """How many requests of this many tokens the server's KV cache holds at once, as its engine tells
     (vLLM: its cache_config_info gauge); None where the server does not say."""
-    if "/metrics" in endpoint.not_available:
-        return None
-    return endpoint.engine.kv_capacity(endpoint.metrics_text(), tokens_per_request)
+    text = endpoint.metrics_text()
+    return None if text is None else endpoint.engine.kv_capacity(text, tokens_per_request)
