@@ -190,7 +190,7 @@ def serving(model: str | None, record: Record) -> Iterator[str | None]:
     params = load_model(model)
     mode = params.lifecycle.mode
     if mode in (None, "sidecar"):  # someone else serves it: check that the right model answers
-        ep = Endpoint(params.endpoint, params.served_model_name, api_key=params.api_key())
+        ep = Endpoint(params.endpoint, params.served_model_name, api_key=params.api_key(), key_env=params.api_key_env)
         try:
             ep.info()
         finally:

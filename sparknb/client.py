@@ -125,6 +125,14 @@ def answer_fields(engine: Engine, max_tokens: int, temperature: float, stop: lis
             **engine.request_fields(ignore_eos, max_tokens, reuse_prompt), **extra}
 
 
+def _json(r: httpx.Response) -> object:
+    """An answer's json, or None where it is not json."""
+    try:
+        return r.json()
+    except ValueError:
+        return None
+
+
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
@@ -133,10 +141,9 @@ class Endpoint:
     """An OpenAI-compatible server and one model on it: its side doors, and one timed stream at a time."""
 
     def __init__(self, url: str, model: str, api_key: str | None = None, timeout: float = 600.0,
-                 tokenizer: str | None = None, engine: str | None = None):
-        self.route = wire.Route(url, api_key)
+                 tokenizer: str | None = None, engine: str | None = None, key_env: str | None = None):
+        self.route = wire.Route(url, api_key, key_env)
         self.url = self.route.url
-        self.root_url = self.url.removesuffix("/v1")
         self.shown = self.route.shown  # the URL in messages: a password in it never reaches an error text
         self.shown_root = self.shown.removesuffix("/v1")
         self.model, self.timeout = model, timeout
@@ -145,8 +152,9 @@ class Endpoint:
         # The server's family: as the model's params name it, else found by info(); vLLM's until then.
         self.named_engine = engines.named(engine) if engine else None
         self.engine: Engine = self.named_engine or engines.VLLM
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=self.root_url, headers=headers, timeout=timeout)
+        # The route's one credential, never httpx's own reading of the URL (it would send the user:password)
+        headers = {"Authorization": self.route.authorization} if self.route.authorization else {}
+        self._http = httpx.Client(base_url=self.route.bare.removesuffix("/v1"), headers=headers, timeout=timeout)
 
     def close(self) -> None:
         self._http.close()
@@ -159,8 +167,7 @@ class Endpoint:
         except httpx.HTTPError as e:
             raise wire.unreachable(self.shown_root, e) from None
         if r.status_code == 401:
-            raise EndpointError(f"{self.shown_root}{path} refused the API key (401). Set the environment "
-                                "variable named by api_key_env in the model's params to the server's key.")
+            raise self.route.refusal(self.shown_root + path)
         return r
 
     def _ask(self, path: str, body: dict | None) -> object:
@@ -186,9 +193,10 @@ class Endpoint:
     def info(self) -> ServerInfo:
         """Who answers, which engine it is, and whether it serves our model: checked before any measurement."""
         models = self._get("/v1/models")
-        if models.status_code != 200:
-            raise EndpointError(f"{self.shown}/models answered {models.status_code}: {models.text[:200]}")
-        data = models.json().get("data", [])
+        listed = _json(models)
+        if models.status_code != 200 or not isinstance(listed, dict) or not isinstance(listed.get("data"), list):
+            raise self._not_openai("GET", "/models", models)
+        data = listed["data"]
         served = [m["id"] for m in data]
         mine = next((m for m in data if m["id"] == self.model), None)
         if mine is None:
@@ -199,6 +207,10 @@ class Endpoint:
         self.engine = self.named_engine or engines.detect(
             {path: self._probe(path) for path in ("/version", "/props")})
         facts = self.engine.facts(self._ask, mine)
+        if self.engine is engines.TRANSFORMERS:  # neither vLLM nor llama-server: does it take requests at all?
+            answer = self._get("/v1/completions", method="POST", json={})
+            if answer.status_code in ABSENT:
+                raise self._not_openai("POST", "/completions", answer)
         if self.engine is not engines.VLLM:  # find out now which side doors it lacks
             if not facts.get("version"):
                 self._lacks("/version")
@@ -215,6 +227,15 @@ class Endpoint:
             engine=self.engine.key,
             facts={k: v for k, v in facts.items() if k not in ("version", "root", "max_model_len")},
         )
+
+    def _not_openai(self, method: str, path: str, r: httpx.Response) -> EndpointError:
+        """A server that does not speak OpenAI's API, in one sentence (its own page is never pasted in)."""
+        kind = r.headers.get("content-type", "").split(";")[0] or "no content type"
+        should = "lists its models" if path == "/models" else "takes a completion request"
+        return EndpointError(
+            f"{self.shown} is not an OpenAI-compatible server: {method} {self.shown}{path} answered "
+            f"{r.status_code} ({kind}) where an OpenAI server {should}; "
+            "give the base URL (ending in /v1) of a vLLM, llama-server or other OpenAI-compatible server in `endpoint`.")
 
     def _lacks(self, door: str) -> None:
         self.not_available[door] = SIDE_DOORS[door]
@@ -301,4 +322,4 @@ class Endpoint:
         """One stream, read in this thread (wire.exchange): serialized first, timed from its writing."""
         request = self.route.post(path, self.model, fields)
         events = wire.Events(Completion(started_at=now()), engine=self.engine)
-        return wire.finish(self.shown, wire.exchange(self.route, request, events, self.timeout), events)
+        return wire.finish(self.route, wire.exchange(self.route, request, events, self.timeout), events)

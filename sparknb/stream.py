@@ -93,8 +93,8 @@ class AsyncEndpoint:
 
     def __init__(self, url: str, model: str, api_key: str | None = None, timeout: float = 600.0,
                  on_chunk: Callable[[], None] | None = None, engine: Engine = engines.VLLM,
-                 decode: Callable[[list[int]], str] | None = None):
-        self.route = wire.Route(url, api_key)
+                 decode: Callable[[list[int]], str] | None = None, key_env: str | None = None):
+        self.route = wire.Route(url, api_key, key_env)
         self.url, self.shown, self.model, self.timeout, self.on_chunk = (self.route.url, self.route.shown, model,
                                                                          timeout, on_chunk)
         self.engine, self.decode = engine, decode
@@ -121,7 +121,7 @@ class AsyncEndpoint:
         """A GET on the server's root (e.g. /metrics), read whole; for sampling while streams run."""
         sink = wire.Collect()
         reader = await self._exchange(self.route.request("GET", path), sink)
-        error = wire.refused(self.shown.removesuffix("/v1") + path, reader)
+        error = wire.refused(self.route, self.shown.removesuffix("/v1") + path, reader)
         if error is not None:
             raise error
         return b"".join(sink.parts)
@@ -156,7 +156,7 @@ class AsyncEndpoint:
     async def _stream(self, path: str, fields: dict) -> Completion:
         request = self.route.post(path, self.model, fields)  # serialized before the clock starts
         events = wire.Events(Completion(started_at=now()), self.on_chunk, engine=self.engine)
-        return wire.finish(self.shown, await self._exchange(request, events), events)
+        return wire.finish(self.route, await self._exchange(request, events), events)
 
 
 # -- many requests ----------------------------------------------------------------------------------------

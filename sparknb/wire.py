@@ -46,9 +46,15 @@ BUFFER = 65536  # bytes per read: below glibc's mmap threshold, so a read costs 
 
 
 class Route:
-    """Where the requests go (the URL taken apart once), and the bytes of each request."""
+    """Where the requests go (the URL taken apart once), and the bytes of each request.
 
-    def __init__(self, url: str, api_key: str | None = None):
+    One credential goes with every request, the streams' and the side doors' alike: the API key (as
+    Bearer) where one is set, else the URL's user:password (as Basic), else none. A request carries one
+    Authorization header, so a URL's user:password given beside a key is not sent; `refusal` says so
+    when the server answers 401. `key_env` names the variable the key is read from, for that message.
+    """
+
+    def __init__(self, url: str, api_key: str | None = None, key_env: str | None = None):
         self.url = url.rstrip("/")
         self.shown = redact(self.url)  # the URL in messages: a password in it never reaches an error text
         parts = urlsplit(self.url)
@@ -57,14 +63,35 @@ class Route:
         self.host, self.prefix = parts.hostname, parts.path
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.ssl = ssl.create_default_context() if parts.scheme == "https" else None
-        if api_key:
-            auth = f"Bearer {api_key}"
-        elif parts.username or parts.password:  # as the side doors' httpx sends a URL's user and password
-            auth = "Basic " + base64.b64encode(f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
-                                               .encode()).decode()
-        else:
-            auth = ""
-        self._auth = f"Authorization: {auth}\r\n".encode() if auth else b""
+        self.key_env, self.has_key = key_env, bool(api_key)
+        self.has_password = bool(parts.username or parts.password)
+        self.authorization = f"Bearer {api_key}" if api_key else basic(parts) if self.has_password else ""
+        self._auth = f"Authorization: {self.authorization}\r\n".encode() if self.authorization else b""
+        # The URL without its user:password, for a client that would send them itself (httpx does)
+        self.bare = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+    def refusal(self, where: str) -> EndpointError:
+        """The 401 of `where`: which credential was sent, and how to give the one the server wants."""
+        var = f"${self.key_env}" if self.key_env else "the variable named by api_key_env in the model's params"
+        if self.has_key and self.has_password:
+            return EndpointError(
+                f"{where} refused the API key read from {var} (401). The URL's user:password was not sent: a "
+                "request carries one Authorization header, and sparknb sends the API key (Bearer) where one is "
+                f"set. If the key is right and the server checks the user:password instead, unset {var}; if it "
+                "needs both (a proxy asking for a password in front of a server asking for a key), let the proxy "
+                "check the password and add the key itself (nginx: proxy_set_header Authorization \"Bearer "
+                "<key>\"), and give sparknb only the URL's user:password.")
+        if self.has_key:
+            return EndpointError(f"{where} refused the API key read from {var} (401): set {var} to the server's key.")
+        if self.has_password:
+            return EndpointError(
+                f"{where} refused the URL's user:password (401, sent as Basic auth, since no API key is set in "
+                f"{var}): fix them in the endpoint, or, where the server asks for an API key, export it in {var}.")
+        if self.key_env:
+            return EndpointError(f"{where} asks for an API key (401), and none was sent: {var}, which the model's "
+                                 f"api_key_env names, is not set. Export {self.key_env}=<the server's key>.")
+        return EndpointError(f"{where} asks for an API key (401), and none was sent: no api_key_env was given. Name "
+                             "one in the model's params (api_key_env: NAME) and export NAME=<the server's key>.")
 
     def request(self, method: str, path: str, body: bytes = b"") -> bytes:
         return (f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nConnection: close\r\n"
@@ -238,20 +265,25 @@ def garbled(shown: str, e: Exception) -> EndpointError:
     return EndpointError(f"{shown} answered something that is not HTTP with JSON events ({e}).")
 
 
-def refused(shown: str, reader: Reader) -> EndpointError | None:
+def basic(parts) -> str:
+    """A URL's user and password as Basic auth, as httpx would send them."""
+    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    return "Basic " + base64.b64encode(pair.encode()).decode()
+
+
+def refused(route: Route, shown: str, reader: Reader) -> EndpointError | None:
     """The error of an answer whose status is not 200, in the server's own words; None for a 200."""
     if reader.status == 401:
-        return EndpointError(f"{shown} refused the API key (401). Set the environment variable named by "
-                             "api_key_env in the model's params to the server's key.")
+        return route.refusal(shown)
     if reader.status != 200:
         return EndpointError(f"{shown} refused the request ({reader.status}): {error_message(reader.body)}")
     return None
 
 
-def finish(shown: str, reader: Reader, events: Events) -> Completion:
+def finish(route: Route, reader: Reader, events: Events) -> Completion:
     """The answer, whole, or the EndpointError that says how it went wrong."""
-    done = events.done
-    error = refused(shown, reader)
+    done, shown = events.done, route.shown
+    error = refused(route, shown, reader)
     if error is not None:
         raise error
     if events.error is not None:

@@ -148,3 +148,49 @@ def test_decode_at_3000_tokens_is_timed_as_vllm_times_it(tiny_dense, dense_key):
     client = sum(d.decode_s for d in answers) / sum(d.decode_tokens for d in answers)
     server = sum(d.server["decode_s"] for d in answers) / sum(d.completion_tokens - 1 for d in answers)
     assert abs(client / server - 1) < 0.01, f"ms/token: client {1000 * client:.3f}, vLLM {1000 * server:.3f}"
+
+
+@pytest.mark.server
+def test_a_url_password_beside_an_api_key_sends_the_key_everywhere_and_a_refusal_names_what_was_sent(
+        tiny_dense_llama, dense_key, monkeypatch):
+    """The real llama-server behind its API key (its /metrics and /props ask for it, as vLLM's /v1 routes do)."""
+    url = tiny_dense_llama.url.replace("http://", "http://me:canary-pw-63@")
+    ep = Endpoint(url, "tiny-dense", api_key=dense_key, key_env="SPARKNB_API_KEY")
+    ep.info()  # every side door got the key, not the URL's user:password
+    assert ep.complete("hello", max_tokens=4).completion_tokens == 4
+    with pytest.raises(EndpointError) as wrong:
+        Endpoint(url, "tiny-dense", api_key="sk-wrong-71", key_env="SPARKNB_API_KEY").info()
+    said = str(wrong.value)
+    assert "refused the API key read from $SPARKNB_API_KEY (401)" in said
+    assert "The URL's user:password was not sent" in said and "needs both" in said
+    assert "canary-pw-63" not in said and "sk-wrong-71" not in said
+    monkeypatch.delenv("SPARKNB_UNSET_72", raising=False)
+    with pytest.raises(EndpointError) as unset:
+        Endpoint(tiny_dense_llama.url, "tiny-dense", key_env="SPARKNB_UNSET_72").complete("hello", max_tokens=4)
+    assert "none was sent: $SPARKNB_UNSET_72, which the model's api_key_env names, is not set" in str(unset.value)
+
+
+@pytest.mark.parametrize("lists_models", [False, True])
+def test_a_server_that_is_not_openai_is_named_so_in_one_sentence_and_no_run_folder_is_made(tmp_path, lists_models):
+    """A real plain HTTP server (Python's file server), once with nothing and once with a file at v1/models, so that
+    it answers /v1/models as an OpenAI server would and fails only at the first request. No fake: it is not OpenAI."""
+    import functools
+    from http.server import SimpleHTTPRequestHandler
+
+    from sparknb.study import start
+
+    site = tmp_path / "site"
+    (site / "v1").mkdir(parents=True)
+    if lists_models:
+        (site / "v1" / "models").write_text(json.dumps({"object": "list", "data": [{"id": "tiny-dense"}]}))
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    with serve(functools.partial(Quiet, directory=str(site))) as url, pytest.raises(EndpointError) as e:
+        start("decode", settings={}, model="tiny-dense", endpoint=url, outputs=str(tmp_path / "outputs"))
+    said = str(e.value)
+    assert said.startswith(f"{url} is not an OpenAI-compatible server: ")
+    assert ("POST" if lists_models else "GET") in said and "<" not in said and said.count(". ") == 0
+    assert not (tmp_path / "outputs").exists()
