@@ -89,6 +89,23 @@ def parameter_problems(source: Path, given: dict, set_here: tuple[str, ...] = SE
             problems.append(f"{name}: not a parameter of {source.name}; its parameters: {known}")
         else:
             problems += _plan_problems(source.stem, name, value, declared[name]["inferred_type_name"])
+            problems += _model_problems(name, value)
+    return problems
+
+
+def _model_problems(name: str, value) -> list[str]:
+    """A `model` or `models` whose params file (or its hardware's) is missing or invalid, found before any kernel
+    starts: the study would find it only after its first cells ran."""
+    from .params import load_hardware, load_model
+
+    if name not in ("model", "models") or not value:
+        return []
+    problems = []
+    for each in [value] if isinstance(value, str) else value if isinstance(value, list) else []:
+        try:
+            load_hardware(load_model(str(each)).hardware)
+        except SparknbError as e:
+            problems.append(f"{name}: {e}")
     return problems
 
 
@@ -136,7 +153,8 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
     notebook = source.stem
     problems = parameter_problems(source, parameters)
     if problems:
-        raise ExecuteError(f"Bad parameters for {notebook}, nothing was run:\n  " + "\n  ".join(problems))
+        raise ExecuteError(f"Bad parameters for {notebook}, nothing was run:\n  "
+                           + "\n  ".join(p.replace("\n", "\n    ") for p in problems))
     label = str(parameters.get("model") or "-".join(map(str, parameters.get("models") or [])))
     run_id = new_run_id(Path(label).stem if label.endswith((".yaml", ".yml")) else label)
     folder = Path(outputs or outputs_dir()) / notebook / run_id

@@ -149,6 +149,17 @@ def test_an_unknown_or_mistyped_parameter_is_refused_before_any_kernel_starts(tm
     assert "run_id: set by sparknb itself" in capsys.readouterr().err
 
 
+def test_a_bad_model_file_is_refused_before_any_kernel_starts(tmp_path, capsys):
+    bad = tmp_path / "mine.yaml"
+    bad.write_text((execute.project_root() / "params/models/tiny-dense.yaml").read_text()
+                   .replace("dense_params: 5245696", "dense_params: lots"))
+    code = main(["run", "decode", "--outputs", str(tmp_path / "outputs"), "-p", "model", str(bad)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Bad parameters for decode, nothing was run" in err
+    assert "weights.dense_params" in err and "'lots'" in err
+    assert not (tmp_path / "outputs").exists()  # the folder is made just before the kernel starts: none was
+
+
 @pytest.mark.server
 def test_no_password_reaches_the_run_folder_or_the_printed_output_of_a_plain_papermill_run(tmp_path, tiny_moe):
     nb, folder = run_plain(tmp_path, tiny_moe, "tiny-moe", endpoint=_password_url(tiny_moe), prompt_lengths=[64],
