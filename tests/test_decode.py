@@ -290,6 +290,21 @@ def test_the_table_sets_the_median_against_the_bandwidth_limit_and_the_findings_
     assert f"{row['% of limit']:.0f}% to {row['% of limit']:.0f}% of the bandwidth limit" in text and "30.6 GB" in text
 
 
+def test_no_claim_about_intervals_where_the_table_shows_none():
+    """Five requests a length (the notebook's default) give a median but no 95% interval (six are needed):
+    the headline must not say that intervals overlap; with six a length it may, and then they do."""
+    study = types.SimpleNamespace(limit=bandwidth.limit(load_model("qwen3.8-27b"), load_hardware("gb10")),
+                                  model=load_model("qwen3.8-27b"))
+    for per_length, says in ((5, "neither length has a 95% interval"), (6, "the intervals of the two medians overlap")):
+        speeds = [8.0, 8.2, 8.4, 8.6, 8.8, 9.0][:per_length]
+        df = _measured([(n, 149 / v, 149 / v, None) for n in (111, 5378) for v in speeds])
+        table = decode.summarize(df, study)
+        text = "\n".join(map(str, decode.findings(df, table, study.limit, "gb10")))
+        assert table["95% low"].isna().all() == (per_length == 5)
+        assert f"No change with context is claimed: {says}" in text
+        assert ("Too few clean requests for a 95% interval" in text) == (per_length == 5)
+
+
 def test_a_speculative_model_without_counters_has_no_limit_and_says_so():
     model = load_model("flash-next")
     study = types.SimpleNamespace(limit=bandwidth.limit(model, load_hardware("gb10")), model=model)

@@ -7,7 +7,7 @@ import pandas as pd
 
 from ...bandwidth import Limit
 from ...report import Finding, info, warning
-from ...study import drifts
+from ...study import AUTO_FIRST, drifts
 from ...verdict import MIN_SAMPLES
 from .tables import BURST, SPREAD, clean
 
@@ -85,10 +85,10 @@ def _about_clocks(df: pd.DataFrame, table: pd.DataFrame) -> list[Finding]:
 def _about_samples(table: pd.DataFrame, stopped: dict[int, str]) -> list[Finding]:
     """Too few requests for an interval, a spread too wide for a steady box, a length that hit the cap."""
     notes = []
-    few = table[table["n"] < MIN_SAMPLES]
+    few = table[table["95% low"].isna() | (table["n"] < MIN_SAMPLES)]
     if len(few):
-        notes.append(warning(f"Too few clean requests for an interval at {_at(few)} ({MIN_SAMPLES} needed): their "
-                             "medians are shown, not settled.", tuple(few.index)))
+        notes.append(warning(f"Too few clean requests for a 95% interval at {_at(few)} ({AUTO_FIRST} needed): "
+                             "their medians are shown, not settled.", tuple(few.index)))
     wide = table[table["spread x"] > SPREAD]
     for n, row in wide.iterrows():
         notes.append(warning(f"At {n:,} tokens decode ranged from {row['min']:,.1f} to {row['max']:,.1f} tok/s "
@@ -115,14 +115,24 @@ def _headline(table: pd.DataFrame) -> Finding:
             + (f" and {b['decode tok/s (median)']:,.1f} at {last:,}" if last != first else "") + ".")
     if last == first:
         return info(text)
-    settled = all(r["n"] >= MIN_SAMPLES and not (r["spread x"] or 0) > SPREAD for r in (a, b))
-    apart = settled and (a["95% high"] < b["95% low"] or b["95% high"] < a["95% low"])
-    if apart:
+    why = _unsettled(a, b)
+    if why is None and (a["95% high"] < b["95% low"] or b["95% high"] < a["95% low"]):
         change = b["decode tok/s (median)"] / a["decode tok/s (median)"] - 1
         return info(text + f" Longer context changes it by {100 * change:+.1f}%, beyond both medians' 95% intervals.")
-    why = ("the intervals of the two medians overlap" if settled else
-           "one of the two lengths has too few requests or too wide a spread to say")
-    return info(text + f" No change with context is claimed: {why}.")
+    return info(text + f" No change with context is claimed: {why or 'the intervals of the two medians overlap'}.")
+
+
+def _unsettled(a: pd.Series, b: pd.Series) -> str | None:
+    """Why two lengths' medians cannot be set against each other; None where both have an interval and a
+    steady spread. Below six values a median has no 95% interval (stats.median_interval): none is claimed."""
+    without = sum(pd.isna(r["95% low"]) or pd.isna(r["95% high"]) for r in (a, b))
+    if without == 2:
+        return f"neither length has a 95% interval (fewer than {AUTO_FIRST} clean requests each)"
+    if without:
+        return f"one of the two lengths has no 95% interval (fewer than {AUTO_FIRST} clean requests)"
+    if any((r["spread x"] or 0) > SPREAD for r in (a, b)):
+        return "one of the two lengths has too wide a spread to say"
+    return None
 
 
 def _about_limit(table: pd.DataFrame, limit: Limit, hardware: str) -> list[Finding]:
