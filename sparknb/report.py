@@ -5,6 +5,7 @@ Tables and plots are static (PNG embedded in the page), so nothing needs the net
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -57,6 +58,13 @@ def markdown(findings: Iterable[Finding | str]) -> str:
 def as_records(findings: Iterable[Finding | str]) -> list[dict]:
     """Findings as summary.json keeps them."""
     return [f.as_dict() if isinstance(f, Finding) else {"level": "info", "text": str(f)} for f in findings]
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    """A reason's first line, at most `limit` characters, cut after a whole word with an ellipsis where longer:
+    never mid-word."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else textwrap.shorten(line, limit, placeholder=" …")
 
 
 def duration(seconds: float | None) -> str:

@@ -195,6 +195,18 @@ def test_every_warning_of_every_input_run_and_every_missing_study_reach_the_comp
     assert verify(folder) == []
 
 
+def test_a_long_missing_reason_is_shortened_after_a_whole_word(tmp_path):
+    outputs = tmp_path / "outputs"
+    a = decode_run(outputs, "moe-35b", 26.0, fingerprint(), seed=1)
+    record = Run.create("campaigns", {"notebook": "campaigns", "cells": []}, outputs=outputs, label="c")
+    record.record({"cell": f"decode/{a.id}/1", "status": "done", "run": str(a.path)})
+    reason = "decode failed halfway: EndpointError: " + " ".join(f"word{i:03d}" for i in range(80))
+    record.record({"cell": "decode/dense-27b/1", "status": "failed", "reason": reason + "\nTraceback: more"})
+    (shown,) = [m for m in compare.Plan.build(campaign=record.id, outputs=str(outputs)).missing() if "failed" in m]
+    assert shown.endswith(" …") and len(shown) < len(reason)
+    assert set(shown.removesuffix(" …").split()[-3:]) <= set(reason.split())  # whole words only, none cut
+
+
 def test_a_comparison_of_runs_from_different_boxes_shows_the_warning_first(tmp_path):
     a = decode_run(tmp_path / "outputs", "moe-35b", 26.0, fingerprint())
     b = decode_run(tmp_path / "outputs", "dense-27b", 8.9, fingerprint(host="box-b", cpu="EPYC", driver="590.1"))

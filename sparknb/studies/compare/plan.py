@@ -7,6 +7,7 @@ from typing import ClassVar
 from pydantic import Field, PrivateAttr, model_validator
 
 from ... import params
+from ...report import first_line
 from ...run import PastRun, read_past
 from ...verdict import Runs
 
@@ -105,7 +106,7 @@ class Plan(params.Plan):
             from ... import campaign
 
             for r in campaign.failed(self._campaign, self.outputs):
-                out.append(f"{r['cell']} failed: {str(r.get('reason', 'no reason recorded')).splitlines()[0][:300]}")
+                out.append(f"{r['cell']} failed: {first_line(str(r.get('reason') or 'no reason recorded'))}")
         models = self.models()
         for study, runs in self.by_study().items():
             if study == "swap":
