@@ -118,6 +118,9 @@ RECORD_COLUMNS = ("seq", "prompt_length", "kind", "question_id", "task_id", "lev
                   "decode_tokens_per_s", "completion_tokens", "interference", "error")
 
 
+PAPERMILL_BANNER = "papermill-error-cell-tag"  # the tag of the cells papermill adds around a failed cell
+
+
 def failed_halfway(nb, reason: str, records: list[dict]):
     """The executed notebook of a run that failed halfway, as its report shows it: what it measured up to the
     failure (cells before it, and the failing cell's own progress lines), the failure in one plain sentence,
@@ -126,6 +129,8 @@ def failed_halfway(nb, reason: str, records: list[dict]):
 
     cells, failed_at = [], None
     for cell in nb.cells:
+        if PAPERMILL_BANNER in cell.get("metadata", {}).get("tags", []):
+            continue  # papermill's red "An Exception was encountered" banners: the sentence below says it plainly
         outputs = cell.get("outputs", [])
         if any(o.get("output_type") == "error" for o in outputs):
             cell = nbformat.from_dict(dict(cell))
