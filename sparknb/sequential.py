@@ -26,7 +26,7 @@ replaying what it kept.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -227,3 +227,56 @@ def order(question_ids: Iterable[str], seed: int) -> list[str]:
     """A seeded order of the questions, fixed when A runs and recorded with it: B is asked in this order."""
     ids = sorted(dict.fromkeys(map(str, question_ids)))
     return [ids[i] for i in np.random.default_rng(seed).permutation(len(ids))]
+
+
+# --- from sealed runs: B's answers in A's order, and what the verdict row carries -------------------------------
+
+def design_of(settings: Mapping, questions: int) -> Design | None:
+    """The design a run was planned with (`sequential: true` with `margin` and `budget`, or `sequential` as a
+    mapping of them); None for a fixed-sample run. The budget defaults to every question of A's order."""
+    plan = settings.get("sequential")
+    if not plan:
+        return None
+    given = plan if isinstance(plan, Mapping) else settings
+    return Design(float(given.get("margin") or Design.margin), int(given.get("budget") or questions),
+                  float(given.get("alpha") or Design.alpha))
+
+
+def in_order(order: Sequence[str], a: Mapping[str, bool], b: Mapping[str, bool]) -> list[tuple[bool, bool]]:
+    """(A right, B right) in A's order, up to the first question either has no answer for: B was asked in this
+    order, and an answer that came back past a gap waits for it."""
+    out = []
+    for q in order:
+        if q not in a or q not in b:
+            break
+        out.append((bool(a[q]), bool(b[q])))
+    return out
+
+
+def summary(seq: PairedSequence, seconds_per_question: float | None) -> dict:
+    """The sequence as a verdict row carries it: its state, the questions and minutes saved against the budget
+    and against the fixed-sample design of the same errors (minutes None where B's pace is unknown), what budget
+    would most likely tell where it could not, and its path for the plot."""
+    out = seq.as_dict() | {"seconds_per_question": seconds_per_question, "path": [list(p) for p in seq.path]}
+    for name, total in (("budget", seq.design.budget), ("fixed_sample", out["fixed_sample"])):
+        saved = total - seq.n
+        out[f"saved_against_{name}"] = {"questions": saved, "minutes": None if seconds_per_question is None
+                                        else round(saved * seconds_per_question / 60, 1)}
+    out["needed"] = seq.needed() if seq.outcome == "cannot tell" else None
+    return out
+
+
+def told(s: Mapping) -> str:
+    """The row's note: why it stopped, the questions used and saved."""
+    fixed, budget = s["saved_against_fixed_sample"], s["saved_against_budget"]
+    minutes = "" if fixed["minutes"] is None else f", about {fixed['minutes']:,.0f} minutes of B's time"
+    text = (f"sequential, {100 * s['design']['margin']:.0f}-point margin: stopped after {s['questions']:,} of "
+            f"{s['design']['budget']:,} questions ({s['reason']}); a fixed-sample design of the same errors needs "
+            f"{s['fixed_sample']:,}: {fixed['questions']:,} questions saved{minutes}")
+    return text + (f" ({budget['questions']:,} under the budget)" if budget["questions"] > 0 else "")
+
+
+def needed_text(s: Mapping) -> str:
+    if s.get("needed") is None:
+        return f"no budget up to {s['questions'] + NEEDED_CAP:,} questions would most likely tell, at the rates seen"
+    return f"a budget of about {s['needed']:,} questions would most likely tell (resume the run with it)"

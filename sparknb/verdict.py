@@ -7,6 +7,11 @@ here the same way for every study:
   samples, speculative decoding on one side only, a run that failed halfway): shown and named, never deciding;
 - not comparable: the two figures do not measure the same thing, so no ratio is read from them.
 A model wins a figure only on a trusted row in the role of a verdict whose interval excludes no difference.
+How each kind decides: a ratio where its bootstrap interval lies on one side of 1; a fixed-sample paired
+difference where its interval lies on one side of 0 (it was computed once, at the run's own count); a
+sequentially decided difference (`sequences`) by what its confidence sequence decided when it stopped: above 0
+wins for the subject, below 0 for the base, inside the margin both ways is "equivalent" (decided, no winner),
+and a budget spent first is "cannot tell", with the budget that would most likely tell.
 A trap (the short-prompt TTFT that measures fixed overhead) and context (a bandwidth share, tokens per
 step) are shown beside the verdict rows and never decide. A study is won by a model that wins at least one
 of its figures and loses none. Where two models cannot be told apart, the row says what sample would tell.
@@ -29,7 +34,7 @@ from .run import PastRun
 Standing = Literal["trusted", "caveated", "not comparable"]
 Better = Literal["higher", "lower", "none"]
 Role = Literal["verdict", "trap", "context"]
-Outcome = Literal["wins", "cannot tell", "caveated", "not comparable", "trap", "context"]
+Outcome = Literal["wins", "equivalent", "cannot tell", "caveated", "not comparable", "trap", "context"]
 
 MIN_SAMPLES = 5  # fewer measurements a side than this are too few for an interval anyone should decide on
 DOUBTS = ("warning", "marked", "suspect", "failed")  # every Finding level but info is a reason to doubt
@@ -70,6 +75,7 @@ class Row:
     not_comparable: str = ""  # why no ratio can be read here, where that is so
     needed: dict[str, str] = field(default_factory=dict)  # subject -> what would tell it from the base
     note: str = ""
+    sequences: dict[str, dict] = field(default_factory=dict)  # subject -> its confidence sequence where sequential
 
     def reasons(self, subject: str, base: str) -> list[str]:
         """Every reason the comparison of `subject` with `base` on this row cannot decide, base's first."""
@@ -92,7 +98,8 @@ class Row:
         return {"study": self.study, "figure": self.figure, "values": self.values, "n": self.n,
                 "ratios": {s: i.as_dict() for s, i in self.ratios.items()}, "better": self.better, "kind": self.kind,
                 "role": self.role, "caveats": {s: list(c) for s, c in self.caveats.items()},
-                "not_comparable": self.not_comparable, "needed": self.needed, "note": self.note}
+                "not_comparable": self.not_comparable, "needed": self.needed, "note": self.note,
+                "sequences": self.sequences}
 
 
 @dataclass(frozen=True)
@@ -126,11 +133,21 @@ def decide(row: Row, subject: str, base: str) -> Decision:
     reasons = row.reasons(subject, base)
     if reasons:
         return Decision(row, subject, "caveated", None, tuple(reasons))
+    if subject in row.sequences:
+        return _sequential(row, subject, base)
     side = _side(row.ratios[subject], row.kind)
     if side is None:
         return Decision(row, subject, "cannot tell", None)
     ahead = side > 0 if row.kind == "difference" or row.better == "higher" else side < 0
     return Decision(row, subject, "wins", subject if ahead else base)
+
+
+def _sequential(row: Row, subject: str, base: str) -> Decision:
+    """What the subject's confidence sequence decided when it stopped, as a decision of the row."""
+    outcome = row.sequences[subject].get("outcome")
+    if outcome in ("better", "worse"):
+        return Decision(row, subject, "wins", subject if outcome == "better" else base)
+    return Decision(row, subject, "equivalent" if outcome == "equivalent" else "cannot tell", None)
 
 
 def _side(interval: stats.Interval, kind: str) -> float | None:

@@ -3,6 +3,7 @@ what would tell it, then what was shown but could not decide. The detail is in t
 
 from __future__ import annotations
 
+from ...sequential import told
 from ...verdict import Decision
 from .headline import Headline
 
@@ -16,6 +17,10 @@ def _name(study: str) -> str:
 def _figures(ds: list[Decision], limit: int = 4) -> str:
     shown = [f"{d.row.figure} ({d.shown})" for d in ds[:limit]]
     return "; ".join(shown) + (f"; and {len(ds) - limit} more" if len(ds) > limit else "")
+
+
+def _margin(d: Decision) -> str:
+    return f"{100 * d.row.sequences[d.subject]['design']['margin']:.0f}"
 
 
 def sentences(h: Headline, missing: list[str] = ()) -> list[str]:
@@ -35,6 +40,12 @@ def sentences(h: Headline, missing: list[str] = ()) -> list[str]:
                        f"{_figures(ahead[v.base])}: neither wins the study.")
     if not any(v.winner for v in verdicts):
         out.append("**No study names a winner** on the figures that can decide.")
+    for v in verdicts:
+        for d in v.of("equivalent"):
+            out.append(f"**{_name(v.study)}: {v.subject} and {v.base} are equivalent** within the "
+                       f"{_margin(d)}-point margin on {d.row.figure} ({d.shown}, a confidence sequence).")
+    out += [f"{_name(v.study)}, {v.subject} against {v.base}: {told(d.row.sequences[v.subject])}."
+            for v in verdicts for d in v.decisions if v.subject in d.row.sequences]
     for v in verdicts:
         cannot = v.of("cannot tell")
         if cannot:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ... import stats
+from ... import sequential, stats
 from ...run import PastRun
 from ...verdict import Row, Runs, caveats, median_row, setting_differences
 from .grading import frame
@@ -37,9 +37,13 @@ def headline_rows(runs: Runs) -> list[Row]:
     rows = [Row(study, "accuracy % (all answered questions)", {s: 100 * a.estimate for s, a in accuracy.items()},
                 {s: len(g) for s, g in graded.items()}, role="context", better="none",
                 note="; ".join(f"{s} {a.points()} of {len(graded[s])}" for s, a in accuracy.items()))]
-    differences, n, needed, notes = {}, {}, {}, []
+    differences, n, needed, notes, sequences = {}, {}, {}, [], {}
     for s, g in graded.items():
         if s == base:
+            continue
+        if sequential.design_of(mine[s].settings, len(graded[base])):
+            differences[s], n[s], needed[s], sequences[s] = sequential_pair(mine[base], mine[s], graded[base], g)
+            notes.append(f"{s}: {sequential.told(sequences[s])}")
             continue
         common = [q for q in graded[base].index if q in g.index]
         if not common:
@@ -57,8 +61,33 @@ def headline_rows(runs: Runs) -> list[Row]:
     if differences:
         rows.append(Row(study, "paired difference in accuracy (points)", {s: None for s in graded}, n, differences,
                         kind="difference", caveats=doubts, needed=needed, note="; ".join(notes),
-                        not_comparable=setting_differences({s: mine[s] for s in graded}, SAME)))
+                        not_comparable=setting_differences({s: mine[s] for s in graded}, SAME), sequences=sequences))
     return rows + batch_rows(runs, study)
+
+
+def sequential_pair(a: PastRun, b: PastRun, graded_a, graded_b) -> tuple[stats.Interval, int, str, dict]:
+    """B's run asked A's questions in A's recorded order and stopped when its confidence sequence decided: the
+    sequence replayed from both runs' records (never a figure B's run wrote about itself)."""
+    order = sorted(graded_a.index, key=lambda q: _position(a, q))
+    design = sequential.design_of(b.settings, len(order))
+    pairs = sequential.in_order(order, graded_a["correct"].astype(bool), graded_b["correct"].astype(bool))
+    held = sequential.summary(sequential.PairedSequence.replay(pairs, design), _pace(b))
+    i = held["interval"]
+    interval = stats.Interval(i["estimate"], i["low"], i["high"], i["level"], i["method"])
+    return interval, held["questions"], sequential.needed_text(held) if held["outcome"] == "cannot tell" else "", held
+
+
+def _position(run: PastRun, question: str) -> float:
+    """Where a question stood in the run's seeded order (its records' `order`); file order where none is kept."""
+    found = {str(r.get("question_id")): r.get("order") for r in run.records if "question_id" in r}
+    at = found.get(str(question))
+    return float(at) if isinstance(at, (int, float)) else math.inf
+
+
+def _pace(run: PastRun) -> float | None:
+    """Seconds of the run's batch per question: what a question not asked saves (None where unknown)."""
+    batch = (run.summary or {}).get("batch") or {}
+    return batch["wall_s"] / batch["asked"] if batch.get("wall_s") and batch.get("asked") else None
 
 
 def batch_rows(runs: Runs, study: str) -> list[Row]:

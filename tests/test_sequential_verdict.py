@@ -1,0 +1,88 @@
+"""A sequentially decided comparison in the verdict, on crafted sealed runs: B asked A's questions in A's recorded
+order and stopped when its confidence sequence decided (B better, B worse, equivalent within the margin, or
+cannot tell at the budget), and a run interrupted halfway that resumes to the same state."""
+
+import random
+
+import pytest
+
+from sparknb.run import Run
+from sparknb.studies import compare
+from sparknb.verdict import decide
+from test_compare import fingerprint, headline_of
+
+QUESTIONS = 400
+
+
+def mmlu_run(tmp_path, model: str, right, order_seed=0, sequential=None, asked=QUESTIONS, failed=False) -> Run:
+    """An mmlu_pro run as the notebook seals it, its questions asked in a seeded order (records' `order`)."""
+    settings = {"stop": [], "dataset_name": "MMLU-Pro"} | ({"sequential": sequential} if sequential else {})
+    run = Run.create("mmlu_pro", {"notebook": "mmlu_pro", "model": {"name": model}, "settings": settings},
+                     outputs=tmp_path, label=model)
+    run.write_json("fingerprint.json", fingerprint())
+    ids = list(range(QUESTIONS))
+    random.Random(order_seed).shuffle(ids)
+    for position, q in enumerate(ids[:asked]):
+        said = "A" if right(q) else "B"
+        run.record({"question_id": str(q), "category": "math", "answer": "A", "finish_reason": "stop", "order": position,
+                    "text": f"Reasoning first. The answer is ({said})."})
+    if failed:
+        run.write_json("failure.json", {"reason": "the server went away", "records": asked})
+    run.write_json("summary.json", {"findings": [], "batch": {"wall_s": 3.0 * asked, "asked": asked}})
+    run.seal()
+    return run
+
+
+def paired_row(tmp_path, a, b):
+    _, h = headline_of(tmp_path, a, b)
+    return h, next(r for r in h.rows if r.figure.startswith("paired difference"))
+
+
+@pytest.mark.parametrize("b_right, outcome, winner", [
+    (lambda q: q % 2 == 0 or q % 3 == 0, "wins", "b"),   # B right where A is, and on a third of the rest
+    (lambda q: q % 2 == 0 and q % 3 != 0, "wins", "a"),  # B wrong on a third of A's right answers
+    (lambda q: q % 2 == 0, "equivalent", None),          # never disagree: within the margin
+])
+def test_a_sequential_row_decides_by_its_sequence_and_says_what_it_saved(tmp_path, b_right, outcome, winner):
+    a = mmlu_run(tmp_path, "a", lambda q: q % 2 == 0)
+    b = mmlu_run(tmp_path, "b", b_right, sequential={"margin": 0.03, "budget": QUESTIONS})
+    h, r = paired_row(tmp_path, a, b)
+    d = decide(r, "b", "a")
+    assert (d.outcome, d.winner) == (outcome, winner)
+    s = r.sequences["b"]
+    assert s["questions"] == r.n["b"] < QUESTIONS and s["stopped_at"] == s["questions"]
+    assert r.ratios["b"].low == s["interval"]["low"] and "valid at every count" in r.ratios["b"].method
+    saved = s["saved_against_fixed_sample"]
+    assert saved["questions"] == s["fixed_sample"] - s["questions"] and saved["minutes"] == round(
+        saved["questions"] * 3.0 / 60, 1)
+    assert f"stopped after {s['questions']:,} of 400 questions" in r.note and "saved" in compare.story(h)
+
+
+def test_at_the_budget_it_cannot_tell_and_says_what_budget_would(tmp_path):
+    a = mmlu_run(tmp_path, "a", lambda q: q % 2 == 0)
+    b = mmlu_run(tmp_path, "b", lambda q: q % 2 == 0 if q % 10 else q % 4 == 1, sequential={"budget": 60})
+    h, r = paired_row(tmp_path, a, b)
+    assert decide(r, "b", "a").outcome == "cannot tell" and r.sequences["b"]["questions"] == 60
+    assert r.sequences["b"]["needed"] > 60 and "would most likely tell" in r.needed["b"]
+    assert "would most likely tell" in compare.story(h)
+
+
+def test_b_is_paired_in_as_order_not_its_own(tmp_path):
+    # B's records come in another order; the sequence follows A's, so the same answers give the same state.
+    a = mmlu_run(tmp_path, "a", lambda q: q % 2 == 0, order_seed=1)
+    b1 = mmlu_run(tmp_path, "b1", lambda q: q % 2 == 0 or q % 3 == 0, order_seed=1, sequential=True)
+    b2 = mmlu_run(tmp_path, "b2", lambda q: q % 2 == 0 or q % 3 == 0, order_seed=2, sequential=True)
+    s1 = paired_row(tmp_path, a, b1)[1].sequences["b1"]
+    s2 = paired_row(tmp_path, a, b2)[1].sequences["b2"]
+    assert s1["path"] == s2["path"][: len(s1["path"])] and s1["outcome"] == "better"
+
+
+def test_an_interrupted_run_resumes_to_the_state_of_one_never_interrupted(tmp_path):
+    a = mmlu_run(tmp_path, "a", lambda q: q % 2 == 0)
+    better = lambda q: q % 2 == 0 or q % 3 == 0  # noqa: E731
+    halfway = mmlu_run(tmp_path, "b", better, sequential=True, asked=40, failed=True)
+    whole = mmlu_run(tmp_path, "b-whole", better, sequential=True)
+    h, r = paired_row(tmp_path, a, halfway)
+    assert decide(r, "b", "a").outcome == "caveated" and r.sequences["b"]["outcome"] == "running"
+    s = paired_row(tmp_path, a, whole)[1].sequences["b-whole"]
+    assert s["path"][:40] == r.sequences["b"]["path"] and s["outcome"] == "better"
