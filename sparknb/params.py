@@ -141,12 +141,25 @@ class ModelParams(Strict):
     tokenizer: str | None = Field(None, min_length=1, description="for a server without /tokenize (transformers "
                                   "serve): the model's tokenizer, a folder (absolute or relative to the project) "
                                   "or a hub id already in the Hugging Face cache")
-    weights: Weights
+    weights: Weights | None = Field(None, description="hand-written: what one token reads; wins over the census "
+                                    "where given, and is marked so in every limit")
+    checkpoint: str | None = Field(None, min_length=1, description="the checkpoint the server serves (a GGUF file, "
+                                   "or the folder of config.json and *.safetensors), read for the byte census at "
+                                   "the start of every run where this box can read it")
+    kv_cache_dtype: str | None = Field(None, min_length=1, description="the KV cache's type where the server does not "
+                                       "say it (f16, bf16, fp8, q8_0); default: the server's word, else the weights'")
+    census: dict | None = Field(None, description="the byte census `sparknb model add` wrote (sparknb.census), used "
+                                "where the checkpoint cannot be read at run time")
     lifecycle: Lifecycle = Lifecycle()
     notes: str = ""
 
     @model_validator(mode="after")
     def _moe_has_experts(self) -> ModelParams:
+        if self.weights is None and not self.checkpoint and not self.census:
+            raise ValueError("say what one token reads: run `sparknb model add NAME --endpoint URL` (it counts the "
+                             "checkpoint's bytes), or give checkpoint: PATH, or hand-written weights:")
+        if self.weights is None:
+            return self
         if self.architecture == "moe" and not self.weights.active_expert_params and not self.weights.bytes_per_token:
             raise ValueError("a moe model needs weights.active_expert_params (or weights.bytes_per_token)")
         return self

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from . import bandwidth, energy, fingerprint, guard, metrics, probe, stats, stream, telemetry
+from . import bandwidth, census, energy, fingerprint, guard, metrics, probe, stats, stream, telemetry
 from .client import Completion, Endpoint, ServerInfo
 from .errors import ParamsError
 from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
@@ -44,6 +44,7 @@ class Study:
     server: ServerInfo | None = None
     sampler: telemetry.Sampler | None = None  # GPU telemetry, sampled while the run is open
     windows: list[energy.Window] = field(default_factory=list)  # GPU energy over each measured window
+    census: census.Census | None = None  # what one decode step reads, counted from the checkpoint (census.py)
 
     @property
     def model(self) -> ModelParams:
@@ -51,7 +52,7 @@ class Study:
 
     @property
     def limit(self) -> bandwidth.Limit:
-        return bandwidth.limit(self.model, self.hardware)
+        return bandwidth.limit(self.model, self.hardware, self.census, self.fingerprint.get("bandwidth_probe"))
 
     @property
     def speculative(self) -> bool | None:
@@ -337,15 +338,24 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
         fp = fingerprint.take(server=server_facts, params=all_params, project_dir=project_root(), secrets=keys,
                               probe=box.as_dict())
         run.write_json("fingerprint.json", fp)
+        counted = _census(run, loaded[0], server, ep) if ep else None
         sampler = telemetry.Sampler(run).start()
     except BaseException:
         lock.release()
         raise
-    study = Study(notebook, loaded, hardware, run, report, fp, lock, seal, ep, server, sampler)
+    study = Study(notebook, loaded, hardware, run, report, fp, lock, seal, ep, server, sampler, census=counted)
     _open.append(study)
     where = f"at {redact(ep.url)} (server {server.version})" if ep else "started by this study"
     print(f"run {run.id}: {', '.join(dict.fromkeys(names))} {where}; writing {run.path}", flush=True)
     return study
+
+
+def _census(run: Run, model: ModelParams, server: ServerInfo, ep: Endpoint) -> census.Census | None:
+    """The byte census of what the server serves, sealed with the run as census.json and printed."""
+    counted, why = census.for_model(model, server.root, ep.engine.kv_cache_dtype(ep.metrics_text()))
+    run.write_json("census.json", {"census": counted.as_dict() if counted else None, "how": why})
+    print(f"Byte census ({why}): " + ("; ".join(counted.lines()) if counted else "none"), flush=True)
+    return counted
 
 
 def server_view(d: metrics.Delta, per_request: dict | None = None) -> dict:

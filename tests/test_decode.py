@@ -287,7 +287,8 @@ def test_the_table_sets_the_median_against_the_bandwidth_limit_and_the_findings_
     few = next(n for n in notes if "Too few clean requests" in n.text)
     assert few.about == (111,) and "111 tokens (4)" in few.text
     assert "No change with context is claimed" not in text  # one length only: no change to claim
-    assert f"{row['% of limit']:.0f}% to {row['% of limit']:.0f}% of the bandwidth limit" in text and "30.6 GB" in text
+    assert f"{row['% of limit']:.1f}% to {row['% of limit']:.1f}% of the bandwidth limit" in text and "30.6 GB" in text
+    assert "KV cache NOT counted" in text and "counts the weights alone" in text  # hand-written weights, no census
 
 
 def test_no_claim_about_intervals_where_the_table_shows_none():

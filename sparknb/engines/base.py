@@ -55,6 +55,11 @@ class Engine:
         """How many requests of this many tokens its KV cache holds at once, where its /metrics says."""
         return None
 
+    def kv_cache_dtype(self, metrics_text: str | None) -> tuple[str, str] | None:
+        """The KV cache's type as the server says it, and where it said it (the census counts the cache's bytes
+        at this width); None where it does not say."""
+        return None
+
     def facts(self, ask: Post, model_entry: dict) -> dict:
         """What the fingerprint can read of the server: version, weights, dtype, quantization, context
         (`ask(path, None)` GETs a path of the server's root; `model_entry` is the model's in /v1/models)."""

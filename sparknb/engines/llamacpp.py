@@ -110,6 +110,11 @@ class LlamaCpp(Engine):
                 f"{STALL_FIX} to measure prefill alone; the TTFTs here include the stall, and so does the fit's fixed "
                 "overhead.")
 
+    def kv_cache_dtype(self, metrics_text: str | None) -> tuple[str, str] | None:
+        # Neither /props nor /metrics names the cache type; f16 unless started with --cache-type-k/-v.
+        return ("f16", "llama-server's default (--cache-type-k/-v f16; set kv_cache_dtype where it was started "
+                "otherwise)")
+
     def facts(self, ask: Post, model_entry: dict) -> dict:
         props = ask("/props", None) or {}
         meta = model_entry.get("meta") or {}

@@ -80,6 +80,10 @@ class Vllm(Engine):
         found = re.search(r'kv_cache_size_tokens="(\d+)"', metrics_text)  # the cache_config_info gauge
         return int(found.group(1)) // tokens_per_request if found else None
 
+    def kv_cache_dtype(self, metrics_text: str | None) -> tuple[str, str] | None:
+        found = re.search(r'cache_dtype="([^"]+)"', metrics_text or "")  # the cache_config_info gauge; auto: the model's
+        return (found.group(1), "vLLM's cache_config_info (--kv-cache-dtype)") if found else None
+
     def facts(self, ask: Post, model_entry: dict) -> dict:
         answer = ask("/version", None)
         version = answer.get("version", "unknown") if isinstance(answer, dict) else "unknown"

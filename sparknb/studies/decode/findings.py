@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...bandwidth import Limit
+from ...bandwidth import FAR_BELOW, IMPOSSIBLE, Limit
 from ...report import Finding, info, warning
 from ...study import AUTO_FIRST, drifts
 from ...verdict import MIN_SAMPLES
@@ -13,8 +13,9 @@ from .tables import BURST, SPREAD, clean
 
 
 def findings(df: pd.DataFrame, table: pd.DataFrame, limit: Limit, hardware: str,
-             stopped: dict[int, str] | None = None) -> list[Finding]:
-    notes = _about_requests(df)
+             stopped: dict[int, str] | None = None, engine=None) -> list[Finding]:
+    """`engine`: the server's (sparknb.engines), to name a stall of its own before the first token."""
+    notes = _about_requests(df) + _about_stall(df, engine)
     if table.empty:
         return notes + [warning("No clean measurement was taken.")]
     notes += _about_clocks(df, table) + _about_samples(table, stopped or {})
@@ -139,9 +140,22 @@ def _about_limit(table: pd.DataFrame, limit: Limit, hardware: str) -> list[Findi
     share = table["% of limit"].dropna()
     notes = []
     if len(share):
-        notes.append(info(f"That is {share.min():.0f}% to {share.max():.0f}% of the bandwidth limit ({limit.source})."))
+        kv = table["KV % of bytes"].dropna()
+        part = (f" The KV cache is {kv.iloc[0]:.1f}% of the bytes a step reads at {kv.index[0]:,} tokens and "
+                f"{kv.iloc[-1]:.1f}% at {kv.index[-1]:,}." if len(kv) else "")
+        notes.append(info(f"That is {share.min():.1f}% to {share.max():.1f}% of the bandwidth limit "
+                          f"({limit.describe()}).{part}"))
+        notes += _physics(table, share)
+        if limit.kv is None or not limit.kv.bytes_per_token:
+            notes.append(warning("The limit counts the weights alone: without a census of the checkpoint the KV "
+                                 "cache's read is not counted, so the share falls with context for a reason the "
+                                 "limit leaves out (`sparknb model add` or checkpoint: in the params counts it).",
+                                 ("limit",)))
     elif limit.bandwidth_bytes_s is None:
         notes.append(info(f"No bandwidth limit is drawn: the hardware params ({hardware}) give no memory bandwidth."))
+    elif limit.bytes_per_step is None:
+        notes.append(warning("No bandwidth limit is drawn: neither hand-written weights nor a census say what a "
+                             "token reads.", ("limit",)))
     else:
         notes.append(warning("No bandwidth limit is drawn: the model is speculative and the server exposes no "
                              "speculative-decoding counters, so the tokens per step are unknown.", ("limit",)))
@@ -149,3 +163,30 @@ def _about_limit(table: pd.DataFrame, limit: Limit, hardware: str) -> list[Findi
         notes.append(info("Speculative decoding is on: the limit is divided by the measured tokens per step, and "
                           "tok/s depends on how predictable the text is (random filler here)."))
     return notes
+
+
+def _physics(table: pd.DataFrame, share: pd.Series) -> list[Finding]:
+    """Above the limit is impossible, said loud; far below it the step is not bandwidth-bound, and by how much."""
+    notes = []
+    above = share[share > 100 * IMPOSSIBLE]
+    if len(above):
+        notes.append(warning(f"IMPOSSIBLE: decode at {_lengths(above.index)} tokens is faster than the memory can "
+                             f"feed ({', '.join(f'{v:.0f}%' for v in above)} of the limit). Something is miscounted: "
+                             "a burst, a cache, a wrong census or bandwidth, or speculative tokens counted as "
+                             "steps. Do not quote these speeds.", tuple(above.index)))
+    far = share[share < 100 * FAR_BELOW]
+    if len(far):
+        times = "; ".join(f"{n:,} tokens: a step takes {100 / v:.1f}x its reading" for n, v in far.items())
+        notes.append(info(f"NOT BANDWIDTH-BOUND: under {100 * FAR_BELOW:.0f}% of the limit ({times}). Something "
+                          "other than reading memory sets the speed (compute, the server's scheduling, its CPU "
+                          "side): a faster memory would not make this model decode faster here.", tuple(far.index)))
+    return notes
+
+
+def _about_stall(df: pd.DataFrame, engine) -> list[Finding]:
+    """The server's own wait before a prompt (llama-server's host prompt cache on an H200: TTFT 253-575 ms against
+    its own 11-143 ms of prompt time), named with its fix as prefill names it, never blamed on the machine."""
+    from ..prefill.findings import outside_server
+
+    stall = engine.stall(*outside_server(df)) if engine is not None and len(df) else None
+    return [warning("TTFT here: " + stall)] if stall else []

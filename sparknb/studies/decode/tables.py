@@ -46,6 +46,7 @@ def frame(records: list[dict]) -> pd.DataFrame:
             "decode_s": r["decode_s"],
             **timing(r),
             "server_ttft_s": server.get("ttft_s"),
+            "server_prefill_s": server.get("prefill_s"),
             "tokens_per_step": spec.get("tokens_per_step"),
             "interference": r.get("interference"),
             "unchecked": ", ".join(server.get("unchecked") or []) or None,
@@ -80,8 +81,8 @@ def summarize(df: pd.DataFrame, study, stopped: dict[int, str] | None = None) ->
         ms_server = 1000 * g["server_decode_s"].sum() / g["decode_tokens"].sum() if all_server else None
         steps = g["tokens_per_step"].dropna()
         tps_step = float(steps.median()) if len(steps) else (None if study.model.speculative else 1.0)
-        limit_tps = study.limit.tokens_per_s(tps_step) if tps_step is not None else None
         value = float(median.estimate) if len(speeds) else None
+        curve = limit_at(study.limit, length + g["completion_tokens"].median() / 2, tps_step)
         out.append({
             "prompt tokens": int(length),
             "n": len(speeds),
@@ -99,11 +100,20 @@ def summarize(df: pd.DataFrame, study, stopped: dict[int, str] | None = None) ->
                                    if ms_client_timed and ms_server_mine else None),
             "TTFT ms (median)": 1000 * float(g["ttft_s"].median()),
             "tokens/step": tps_step,
-            "limit tok/s": limit_tps,
-            "% of limit": 100 * value / limit_tps if limit_tps and value else None,
+            **curve,
+            "% of limit": 100 * value / curve["limit tok/s"] if curve["limit tok/s"] and value else None,
             **({"stopped": stopped.get(int(length))} if stopped else {}),
         })
     return pd.DataFrame(out).set_index("prompt tokens") if out else pd.DataFrame()
+
+
+def limit_at(limit, context: float, tokens_per_step: float | None) -> dict:
+    """The limit at the mean context of a request's decode (its prompt and half its answer): the bytes one
+    step reads, the KV cache's part of them, and the fastest decode they allow (None where unknown)."""
+    step, kv = limit.step_bytes(context), limit.kv_bytes(context)
+    return {"MB read/step": step / 1e6 if step else None, "KV MB/step": kv / 1e6 if kv is not None else None,
+            "KV % of bytes": 100 * kv / step if step and kv is not None else None,
+            "limit tok/s": limit.tokens_per_s(tokens_per_step, context) if tokens_per_step else None}
 
 
 def share(study, df: pd.DataFrame, plan) -> str:

@@ -122,7 +122,7 @@ def _about_server(df: pd.DataFrame, table: pd.DataFrame, engine: Engine | None =
     if (gap < -2).any():
         notes.append(warning("the client saw the first token before the server says it made it: the clocks or the "
                              "counters are not to be trusted here."))
-    stall = engine.stall(*_outside(df)) if engine is not None else None
+    stall = engine.stall(*outside_server(df)) if engine is not None else None
     if stall:
         return notes + [warning(stall)]
     notes.append(info(f"Outside the server (HTTP, the client, streaming) each request spent {gap.min():.1f} to "
@@ -136,7 +136,7 @@ def _about_server(df: pd.DataFrame, table: pd.DataFrame, engine: Engine | None =
     return notes
 
 
-def _outside(df: pd.DataFrame) -> tuple[list[float], list[int | None]]:
+def outside_server(df: pd.DataFrame) -> tuple[list[float], list[int | None]]:
     """Each clean request's time outside the server before its first token (ms), in the order sent, and the
     prompt length sent just before it (None for the first): a stall that grows with the previous prompt is the
     server saving that prompt, not this one's cost."""
