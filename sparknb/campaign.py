@@ -21,14 +21,14 @@ from typing import Protocol
 from .client import Endpoint
 from .errors import ParamsError, RunError, SparknbError
 from .execute import parameter_problems, run_notebook
-from .params import CampaignParams, load_campaign, load_model, project_root
+from .params import CampaignParams, load_campaign, load_model
+from .plan import BY_SPARKNB, BY_THE_CAMPAIGN, Plan
 from .redaction import redact
 from .report import duration
 from .run import MANIFEST, Run, outputs_dir, read_records, verify
+from .studies import registry
 
 NOTEBOOK = "campaigns"
-SET_BY_THE_CAMPAIGN = ("model", "models", "endpoint", "run_id", "outputs", "seal")
-ACROSS_MODELS = ("swap",)  # studies that visit every model themselves: one cell, run with no server up
 
 
 @dataclass(frozen=True)
@@ -57,29 +57,33 @@ class Cell:
 
 def plan(campaign: CampaignParams) -> list[Cell]:
     """Every cell, per model in the file's order, cross-model studies last; every bad field named first."""
-    problems = []
+    problems, across = [], set()
     for notebook, given in campaign.studies.items():
-        path = project_root() / "notebooks" / f"{notebook}.ipynb"
-        if not path.is_file():
-            known = sorted(p.stem for p in path.parent.glob("*.ipynb") if p.stem != "compare")
-            problems.append(f"studies.{notebook}: no such notebook; known: {', '.join(known)}")
+        study = registry.find(notebook)
+        if study is None or not study.measures or not study.notebook_path().is_file():
+            problems.append(f"studies.{notebook}: no such notebook; known: {', '.join(sorted(registry.known()))}")
             continue
-        set_here = SET_BY_THE_CAMPAIGN if notebook not in ACROSS_MODELS else tuple(
-            n for n in SET_BY_THE_CAMPAIGN if n != "models")
+        across |= {notebook} if study.across_models else set()
         problems += [f"studies.{notebook}.{p.replace('set by sparknb itself', 'set by the campaign itself')}"
-                     for p in parameter_problems(path, given, set_here)]
+                     for p in parameter_problems(study.notebook_path(), given, set_by_the_campaign(study.Plan))]
     if problems:
         raise ParamsError(f"Campaign {campaign.name!r} is invalid:\n  " + "\n  ".join(problems))
     cells = []
     for box in campaign.boxes or [None]:
         for rep in range(campaign.repetitions):
             for model in campaign.models:
-                cells += [Cell(nb, model, dict(p), rep, box) for nb, p in campaign.studies.items()
-                          if nb not in ACROSS_MODELS]
+                cells += [Cell(nb, model, dict(p), rep, box) for nb, p in campaign.studies.items() if nb not in across]
         for rep in range(campaign.repetitions):
             cells += [Cell(nb, None, {"models": list(campaign.models)} | dict(p), rep, box)
-                      for nb, p in campaign.studies.items() if nb in ACROSS_MODELS]
+                      for nb, p in campaign.studies.items() if nb in across]
     return cells
+
+
+def set_by_the_campaign(plan: type[Plan]) -> tuple[str, ...]:
+    """What a cell's notebook is given by the campaign (and by sparknb), never by the file; a study's own parameter
+    of the same name (swap's `models`, the models it visits) stays the file's to give."""
+    given = [n for n in plan.marked(BY_THE_CAMPAIGN) if n not in plan.model_fields]
+    return tuple(given) + plan.marked(BY_SPARKNB)
 
 
 # --- running ---------------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
 import time
@@ -54,12 +53,13 @@ def _failures(failed: list[dict]) -> int:
     return 1
 
 
-def _with_ray(module: str):
-    """sparknb.cluster or sparknb.box, which need Ray: pip install 'sparknb[cluster]'."""
+def _with_ray():
+    """sparknb.cluster and sparknb.box, which need Ray: pip install 'sparknb[cluster]'."""
     try:
-        return importlib.import_module(f"{__package__}.{module}")
+        from . import box, cluster
     except ImportError as e:
         raise ParamsError(f"{e}: running on several boxes needs Ray; pip install 'sparknb[cluster]'") from None
+    return cluster, box
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--engine", choices=["vllm", "llama.cpp"], default="vllm",
                          help="vLLM's CPU build (default), or llama.cpp's llama-server (built once if none is found)")
     p_run = sub.add_parser("run", help="execute a notebook into a new sealed run folder")
-    p_run.add_argument("notebook", help="decode, ... or a path to a notebook")
+    p_run.add_argument("notebook", help="a study (decode, prefill, ...: sparknb.studies) or a path to a notebook")
     p_run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
     p_run.add_argument("-f", "--parameters-file", action="append", default=[], metavar="YAML")
     p_run.add_argument("--outputs", default="", help="folder for run folders (default: outputs/)")
@@ -119,15 +119,15 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "seal":
             print(f"sealed: {seal_interrupted(args.folder)}")
         elif args.command == "campaign":
-            on = _with_ray("cluster").Boxes(args.cluster) if args.cluster else None
+            on = _with_ray()[0].Boxes(args.cluster) if args.cluster else None
             record = campaign.run(args.file, resume=args.resume, outputs=args.outputs, on=on,
                                   again=f" --cluster {args.cluster}" if args.cluster else "")
             return _failures(campaign.failed(record.name, args.outputs))
         elif args.command == "cluster" and args.action == "join":
             extra = args.ray_args[1:] if args.ray_args[:1] == ["--"] else args.ray_args
-            return _with_ray("box").join(args.box, address=args.address, head=args.head, port=args.port, extra=extra)
+            return _with_ray()[1].join(args.box, address=args.address, head=args.head, port=args.port, extra=extra)
         elif args.command == "cluster":
-            box = _with_ray("box")
+            box = _with_ray()[1]
             box.print_status(box.status(args.cluster))
         elif args.command == "demo":
             t0 = time.monotonic()

@@ -16,9 +16,10 @@ from typing import Annotated
 from urllib.parse import urlsplit
 
 from .errors import SparknbError
-from .params import project_root
+from .plan import BY_SPARKNB, Plan
 from .redaction import redact
 from .run import CLAIM, FAILURE, Run, new_run_id, outputs_dir, read_records
+from .studies import registry
 from .study import ENV_PREFIX
 
 
@@ -39,10 +40,11 @@ class Interrupted(KeyboardInterrupt):
 
 
 def notebook_path(name: str) -> Path:
-    path = Path(name) if name.endswith(".ipynb") else project_root() / "notebooks" / f"{name}.ipynb"
+    """A study's notebook by the study's name (studies.registry), or a notebook by its path."""
+    study = None if name.endswith(".ipynb") else registry.find(name)
+    path = Path(name) if study is None else study.notebook_path()
     if not path.is_file():
-        known = sorted(p.stem for p in (project_root() / "notebooks").glob("*.ipynb"))
-        raise ExecuteError(f"No notebook {name!r}. Known: {', '.join(known)}.")
+        raise ExecuteError(f"No notebook {name!r}. Known: {', '.join(registry.known(measuring=False))}.")
     return path
 
 
@@ -71,12 +73,10 @@ def hide_secrets(parameters: dict, environ: dict) -> dict:
     return safe
 
 
-SET_BY_SPARKNB = ("run_id", "outputs", "seal")  # what run_notebook injects itself
-
-
-def parameter_problems(source: Path, given: dict, set_here: tuple[str, ...] = SET_BY_SPARKNB) -> list[str]:
+def parameter_problems(source: Path, given: dict, set_here: tuple[str, ...] = Plan.marked(BY_SPARKNB)) -> list[str]:
     """Every given parameter the notebook does not declare, or of the wrong type, each named with the fix: a
-    misspelt name would otherwise run the defaults (papermill only warns)."""
+    misspelt name would otherwise run the defaults (papermill only warns). `set_here`: what run_notebook (or the
+    campaign) gives the notebook itself."""
     import papermill
 
     declared = papermill.inspect_notebook(str(source))
@@ -112,14 +112,10 @@ def _model_problems(name: str, value) -> list[str]:
 def _plan_problems(notebook: str, name: str, value, type_name: str) -> list[str]:
     """A value the study's own Plan would refuse (a range, a choice, `auto`), found before any kernel starts;
     a parameter that is not a Plan field (model, force, ...) is checked against the notebook's declared type."""
-    import importlib
-
     from pydantic import TypeAdapter, ValidationError
 
-    try:
-        plan = importlib.import_module(f"sparknb.studies.{notebook}").Plan
-    except (ImportError, AttributeError):
-        plan = None
+    study = registry.find(notebook)
+    plan = study.Plan if study is not None else None
     field = plan.model_fields.get(name) if plan is not None else None
     if field is None or field.exclude:
         return [] if fits(value, type_name) else [f"{name}: {value!r} is not of type {type_name}"]

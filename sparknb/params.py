@@ -9,21 +9,19 @@ import os
 import re
 import string
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    PlainValidator,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from .errors import ParamsError, SparknbError
+from .errors import ParamsError
 from .redaction import looks_secret, redact
 
 
@@ -241,7 +239,7 @@ def on_box(model: ModelParams, box: BoxParams | None) -> ModelParams:
     try:
         return ModelParams.model_validate(model.model_dump() | changed)
     except ValidationError as e:
-        raise ParamsError(f"{model.name} with this box's overrides is invalid:\n" + _problems(e)) from None
+        raise ParamsError(f"{model.name} with this box's overrides is invalid:\n" + explain(e)) from None
 
 
 class CampaignParams(Strict):
@@ -288,58 +286,10 @@ def project_root() -> Path:
     return Path(os.environ.get("SPARKNB_HOME") or Path(__file__).resolve().parents[1])
 
 
-def _repetitions(value: Any) -> int | str:
-    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        return value
-    raise ValueError(f"repetitions must be a whole number, 1 or more, or auto; got {value!r}")
-
-
-# Measured requests per setting: a count, or "auto" (until the median's interval is narrow enough; study.Schedule).
-Repetitions = Annotated[int | Literal["auto"], PlainValidator(_repetitions)]
-
-# Earlier runs named by a notebook parameter: `sparknb run -p compare_with RUN` gives one as a plain string.
-RunIds = Annotated[list[str], BeforeValidator(lambda v: ([v] if v.strip() else []) if isinstance(v, str) else v)]
-
-
-class Plan(BaseModel):
-    """A study's notebook parameters, checked together before anything starts, every problem named at once."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    study: ClassVar[str] = "study"
-
-    @classmethod
-    def build(cls, **values: Any):
-        try:
-            return cls.model_validate(values)
-        except ValidationError as e:
-            own = [err.get("ctx", {}).get("error") for err in e.errors()]
-            if len(own) == 1 and isinstance(own[0], SparknbError):  # e.g. an earlier run refused: say it as it is
-                raise own[0] from None
-            raise ParamsError(f"Bad {cls.study} parameters:\n" + _problems(e, cls)) from None
-
-    def settings(self) -> dict:
-        """The parameters as params.json records them."""
-        return self.model_dump(mode="json")
-
-
-class Sweep(Plan):
-    """A sweep's sampling, shared by decode and prefill: requests per setting fixed, or `auto` until the median's
-    95% interval is narrow enough (study.Schedule), in an order that spreads drift over every setting."""
-
-    warmup: int = Field(1, ge=0, description="requests per length left out of the figures, 0 or more")
-    repetitions: Repetitions = Field(
-        5, description="measured requests per length, 1 or more, or auto: until the median's 95% interval is "
-        "within +/- target_width, or max_repetitions")
-    target_width: float = Field(0.02, gt=0, lt=1, description="with repetitions auto: the relative half-width "
-                                "of the median's 95% interval to reach, e.g. 0.02 for +/-2%")
-    max_repetitions: int = Field(30, ge=6, description="with repetitions auto: the most requests per length")
-    order: Literal["shuffled", "grouped"] = Field("shuffled", description="shuffled (seeded) or grouped by length")
-    seed: int = 0
-
-
-def _problems(e: ValidationError, kind: type[BaseModel] | None = None) -> str:
+def explain(e: ValidationError, kind: type[BaseModel] | None = None) -> str:
+    """Every problem of a validation, one line each, with the field's own description as the hint."""
     lines = []
-    whole = "parameters" if kind is not None and issubclass(kind, Plan) else "(file)"
+    whole = "parameters" if kind is not None and not issubclass(kind, Strict) else "(file)"
     for err in e.errors():
         loc = ".".join(map(str, err["loc"])) or whole
         msg = err["msg"].removeprefix("Value error, ")
@@ -363,7 +313,7 @@ def _read(path: Path, kind: type[Strict], what: str, available: list[str]) -> St
     try:
         return kind.model_validate(data)
     except ValidationError as e:
-        raise ParamsError(f"{path} is invalid:\n" + _problems(e)) from None
+        raise ParamsError(f"{path} is invalid:\n" + explain(e)) from None
 
 
 def _locate(name_or_path: str, folder: str) -> tuple[Path, list[str]]:

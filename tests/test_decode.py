@@ -12,7 +12,7 @@ from sparknb.cli import main
 from sparknb.client import Endpoint, EndpointError
 from sparknb.errors import DataError, GuardError, ParamsError
 from sparknb.execute import ExecuteError
-from sparknb.params import load_hardware, load_model
+from sparknb.params import load_hardware, load_model, project_root
 from sparknb.prompts import PromptMaker
 from sparknb.run import read_records, verify
 from sparknb.studies import decode
@@ -151,7 +151,7 @@ def test_an_unknown_or_mistyped_parameter_is_refused_before_any_kernel_starts(tm
 
 def test_a_bad_model_file_is_refused_before_any_kernel_starts(tmp_path, capsys):
     bad = tmp_path / "mine.yaml"
-    bad.write_text((execute.project_root() / "params/models/tiny-dense.yaml").read_text()
+    bad.write_text((project_root() / "params/models/tiny-dense.yaml").read_text()
                    .replace("dense_params: 5245696", "dense_params: lots"))
     code = main(["run", "decode", "--outputs", str(tmp_path / "outputs"), "-p", "model", str(bad)])
     err = capsys.readouterr().err

@@ -8,60 +8,55 @@ Random filler, what most benchmarks send, cannot be guessed and hides the gain.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 import pandas as pd
 from pydantic import Field, PrivateAttr, model_validator
 
-from .. import params
+from .. import params, plan
 from ..client import Endpoint, ServerInfo
 from ..errors import ParamsError
 from ..prompts import filler
 from ..report import Finding, info, warning
-from ..run import PastRun, measured, read_past
+from ..plan import COMPARED, IGNORED
+from ..run import PastRun, measured
 from ..study import Study
-from ..verdict import Row, Runs, caveats, median_row, setting_differences
+from ..verdict import Row, Runs, caveats, median_row
 from .decode.measure import seen_by_client
 from .decode.tables import BURST, timing
-
-SAME = ("temperature", "output_tokens", "prompt_set")  # settings that change what a speed is
+from .registry import Contract
 
 FILLER = "random filler"
 SHORT_ANSWER = 128  # tokens: below this a tokens-per-step median rests on too few steps
 
 
-class Plan(params.Plan):
+class Plan(plan.Plan):
     study: ClassVar[str] = "mtp"
-    prompt_set: str = Field("reference", description="a prompt file under params/prompts/, or a path to one")
+    prompt_set: Annotated[str, COMPARED] = Field("reference", description="a prompt file under params/prompts/, "
+                                                 "or a path to one")
     kinds: list[str] = Field(default_factory=list, description="kinds of the set to send; empty for all")
     random_filler: bool = True
     repetitions: int = Field(3, ge=1)
-    temperature: float = Field(0.7, ge=0, le=2)
-    output_tokens: int = Field(512, ge=16)
-    compare_with: params.RunIds = Field(default_factory=list, description="earlier mtp run folders or run ids")
-    outputs: str = Field("", exclude=True)
+    temperature: Annotated[float, COMPARED] = Field(0.7, ge=0, le=2)
+    output_tokens: Annotated[int, COMPARED] = Field(512, ge=16)
+    compare_with: Annotated[plan.RunIds, IGNORED] = Field(default_factory=list,
+                                                          description="earlier mtp run folders or run ids")
     _prompts: dict[str, str] = PrivateAttr(default_factory=dict)
-    _past: list[PastRun] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="after")
     def _read(self) -> Plan:
-        """The prompt file and the earlier runs, read once, before any request."""
+        """The prompt file, read once, before any request."""
         available = params.load_prompts(self.prompt_set).prompts
         unknown = [k for k in self.kinds if k not in available]
         if unknown:
             raise ValueError(f"unknown prompt kind(s) {unknown}; {self.prompt_set!r} has {list(available)}. "
                              "Add them to the prompt file or drop them from `kinds`.")
         self._prompts = {k: available[k] for k in (self.kinds or available)}
-        self._past = read_past(self.compare_with, "mtp", outputs=self.outputs)
         return self
 
     @property
     def prompts(self) -> dict[str, str]:
         return dict(self._prompts)
-
-    @property
-    def past(self) -> list[PastRun]:
-        return list(self._past)
 
     def texts(self) -> dict[str, str]:
         """Every kind that will be sent, with its text; random filler is seeded per repetition."""
@@ -252,7 +247,7 @@ def headline_rows(runs: Runs) -> list[Row]:
     if not frames:
         return []
     spec = one_sided(mine)
-    apart = setting_differences(mine, SAME)
+    apart = Plan.same(mine)
     rows = []
     for kind in [k for k in dict.fromkeys(next(iter(frames.values()))["kind"]) if all(k in set(f["kind"]) for f in frames.values())]:
         at = {s: f[f["kind"] == kind] for s, f in frames.items()}
@@ -289,3 +284,6 @@ def plot(table: pd.DataFrame, study: Study):
     ax.legend()
     fig.tight_layout()
     return fig
+
+
+STUDY = Contract("mtp", Plan, sweep, summarize, findings, headline_rows, title="Speculative decoding", order=30)

@@ -8,9 +8,13 @@ from .browser import browser, in_jupyter, show
 from .fingerprints import Warned, fingerprint_table, fingerprint_view, run_warnings, warnings
 from .headline import Headline, headline
 from .plan import Plan
+from ..registry import Contract
 from .plots import plot
 from .record import finish, open_run
 from .story import story
 
-__all__ = ["Headline", "Plan", "browser", "finish", "fingerprint_table", "fingerprint_view", "headline", "in_jupyter",
+# The comparison reads runs and measures nothing: no measure, no rows of its own.
+STUDY = Contract("compare", Plan, title="The comparison", order=90)
+
+__all__ = ["STUDY", "Headline", "Plan", "browser", "finish", "fingerprint_table", "fingerprint_view", "headline", "in_jupyter",
            "open_run", "plot", "run_warnings", "show", "story", "warnings", "Warned"]

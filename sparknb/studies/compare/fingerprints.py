@@ -9,13 +9,13 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ... import fingerprint
+from ...plan import Plan
 from ...report import Finding, info, warning
 from ...run import PastRun
 from ...verdict import short, warnings_of
+from .. import registry
+from .plan import across_models
 
-# Settings that differ between runs on purpose, or that do not change what is measured.
-NOT_A_DIFFERENCE = {"model", "models", "endpoint", "run_id", "outputs", "seal", "force", "compare_with",
-                    "resume_from", "questions", "prompts", "dataset_source"}
 GIB = 2 ** 30
 
 
@@ -89,7 +89,7 @@ def warnings(past: list[PastRun], mode: str = "models") -> list[Finding]:
         notes.append(Finding("warning", f"DIFFERENT BOXES. These runs were not measured on the same machine as "
                                         f"{base.id} ({detail}). A ratio between them mixes the models with the "
                                         "machines; read every figure below as a comparison of setups, not of models."))
-    served = [r for r in past if r.notebook != "swap"]  # a swap run starts its own servers: no one version
+    served = [r for r in past if not across_models(r)]  # such a run starts its own servers: no one version
     for run in served[1:]:
         for facet, diffs in fingerprint.differences(served[0].fingerprint, run.fingerprint,
                                                     ("driver", "server version")).items():
@@ -100,11 +100,11 @@ def warnings(past: list[PastRun], mode: str = "models") -> list[Finding]:
         first = seen.setdefault(run.notebook, run)
         if first is run:
             continue
-        mine, theirs = first.settings, run.settings
-        differ = sorted(k for k in set(mine) | set(theirs) if k not in NOT_A_DIFFERENCE and mine.get(k) != theirs.get(k))
+        contract = registry.find(run.notebook)
+        differ = (contract.Plan if contract else Plan).differences(first.settings, run.settings)
         if differ:
             notes.append(warning(f"The {run.notebook} runs {first.id} and {run.id} were run with different settings: "
-                                 + "; ".join(f"{k} {mine.get(k)!r} vs {theirs.get(k)!r}" for k in differ) + "."))
+                                 + "; ".join(f"{k} {v['a']!r} vs {v['b']!r}" for k, v in differ.items()) + "."))
     builds = {}
     for run in past:
         server = run.fingerprint.get("server") or {}

@@ -7,7 +7,6 @@ which a row decides are sparknb.verdict's. A study of these runs without headlin
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 from dataclasses import dataclass, field
 
@@ -15,9 +14,8 @@ import pandas as pd
 
 from ... import energy
 from ...verdict import Row, Runs, StudyVerdict, decide, verdicts
+from .. import registry
 
-# The order the rows are shown in; a study not listed comes after these.
-ORDER = ("decode", "prefill", "mtp", "load", "mmlu_pro", "humaneval", "swap")
 LABELS = {"trusted": "trusted", "caveated": "caveated", "not comparable": "not comparable"}
 
 
@@ -77,15 +75,13 @@ def _fmt(v: float) -> str:
 
 
 def headline(runs: Runs) -> Headline:
-    """Every study of the runs, in ORDER, each asked for its own rows."""
-    studies = sorted(runs.by_study, key=lambda s: ORDER.index(s) if s in ORDER else len(ORDER))
+    """Every study of the runs, in the studies' order (registry), each asked for its own rows."""
+    known = registry.studies()
+    order = list(known)
+    studies = sorted(runs.by_study, key=lambda s: order.index(s) if s in order else len(order))
     rows, without = [], []
     for study in studies:
-        try:
-            module = importlib.import_module(f"sparknb.studies.{study}")
-        except ImportError:
-            module = None
-        rows_of = getattr(module, "headline_rows", None)
+        rows_of = known[study].headline_rows if study in known else None
         if rows_of is None:
             without.append(f"{study}: this study has no headline rows")
             continue

@@ -6,10 +6,11 @@ from typing import ClassVar
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from ... import params
+from ... import plan
 from ...report import first_line
 from ...run import PastRun, read_past
 from ...verdict import Runs
+from .. import registry
 
 
 def box_of(run: PastRun) -> str:
@@ -18,12 +19,17 @@ def box_of(run: PastRun) -> str:
     return (fp.get("box") or {}).get("name") or (fp.get("host") or {}).get("hostname") or "unknown box"
 
 
-class Plan(params.Plan):
+def across_models(run: PastRun) -> bool:
+    """A run of a study that visits every model itself (swap): it is no one model's, and compares no model."""
+    contract = registry.find(run.notebook)
+    return bool(contract and contract.across_models)
+
+
+class Plan(plan.Plan):
     study: ClassVar[str] = "compare"
     runs: list[str] = Field(default_factory=list, description="run folders or run ids of any study")
     campaign: str = Field("", description="a campaign id under outputs/campaigns/: all its finished cells; with "
                           "neither, the newest campaign")
-    outputs: str = Field("", exclude=True)
     _past: list[PastRun] = PrivateAttr(default_factory=list)
     _campaign: str = PrivateAttr("")
 
@@ -54,7 +60,7 @@ class Plan(params.Plan):
 
     def models(self) -> list[str]:
         """The models in the order given: the first is the base every ratio divides by."""
-        return list(dict.fromkeys(r.label for r in self._past if r.notebook != "swap"))
+        return list(dict.fromkeys(r.label for r in self._past if not across_models(r)))
 
     def boxes(self) -> list[str]:
         """The boxes the runs were measured on, by the name a box joined a cluster with, else by its host name;
@@ -88,7 +94,7 @@ class Plan(params.Plan):
         if len(models) == 1:
             return [(f"{models[0]} on each box", Runs(self.by_study(key=box_of), boxes))]
         per_box = {b: [r for r in self._past if box_of(r) == b] for b in boxes}
-        if all(len({r.label for r in runs if r.notebook != "swap"}) > 1 for runs in per_box.values()):
+        if all(len({r.label for r in runs if not across_models(r)}) > 1 for runs in per_box.values()):
             return [(f"on {b}", Runs(self.by_study(runs), [m for m in models if any(r.label == m for r in runs)]))
                     for b, runs in per_box.items()]
         where = "; ".join(f"{m} on {', '.join(sorted({box_of(r) for r in self._past if r.label == m}))}" for m in models)
@@ -109,7 +115,8 @@ class Plan(params.Plan):
                 out.append(f"{r['cell']} failed: {first_line(str(r.get('reason') or 'no reason recorded'))}")
         models = self.models()
         for study, runs in self.by_study().items():
-            if study == "swap":
+            contract = registry.find(study)
+            if contract and contract.across_models:
                 continue
             absent = [m for m in models if m not in runs]
             if absent:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from ...sequential import told
 from ...verdict import Decision
+from .. import registry
 from .headline import Headline
-
-NAMES = {"mmlu_pro": "MMLU-Pro", "mtp": "Speculative decoding", "humaneval": "HumanEval"}
 
 
 def _name(study: str) -> str:
-    return NAMES.get(study, study[0].upper() + study[1:])
+    contract = registry.find(study)
+    return contract.heading if contract else study[0].upper() + study[1:]
 
 
 def _figures(ds: list[Decision], limit: int = 4) -> str:

@@ -12,8 +12,11 @@ from .findings import findings
 from .headline import headline_rows
 from .measure import sweep
 from .plan import Plan
+from ..registry import Contract
 from .plots import plot
 from .tables import BURST, SPREAD, frame, share, summarize
 
-__all__ = ["BURST", "SPREAD", "Plan", "compare", "drifts", "findings", "frame", "headline_rows", "plot", "share",
-           "summarize", "sweep"]
+STUDY = Contract("decode", Plan, sweep, summarize, findings, headline_rows, order=10)
+
+__all__ = ["BURST", "SPREAD", "STUDY", "Plan", "compare", "drifts", "findings", "frame", "headline_rows", "plot",
+           "share", "summarize", "sweep"]

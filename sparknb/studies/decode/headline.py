@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from ...run import PastRun
-from ...verdict import Row, Runs, caveats, median_row, setting_differences
+from ...verdict import Row, Runs, caveats, median_row
+from .plan import Plan
 from .tables import clean, frame
-
-SAME = ("output_tokens", "temperature")  # settings that change what a decode speed is
 
 
 def speculative(run: PastRun) -> str | None:
@@ -35,7 +34,7 @@ def headline_rows(runs: Runs) -> list[Row]:
     frames = {s: f for s, f in frames.items() if len(f)}
     if not frames:
         return []
-    apart = setting_differences(mine, SAME)
+    apart = Plan.same(mine)
     spec = one_sided(mine)
     rows = []
     for n in sorted(set.intersection(*(set(f["prompt_length"]) for f in frames.values()))):

@@ -4,38 +4,27 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field
 
-from ... import params
+from ... import plan
 from ...client import Endpoint, ServerInfo
 from ...errors import ParamsError
-from ...run import PastRun, read_past
+from ...plan import COMPARED, IGNORED
 from ...study import AUTO
 
 
-class Plan(params.Sweep):
+class Plan(plan.Sweep):
     study: ClassVar[str] = "decode"
     prompt_lengths: list[Annotated[int, Field(ge=16)]] = Field(
         min_length=1, description="prompt sizes in whole tokens, 16 or more, e.g. [111, 364]")
-    output_tokens: int = Field(150, ge=2, description="decode speed needs two tokens or more")
-    temperature: float = Field(0.0, ge=0, le=2)
-    compare_with: params.RunIds = Field(default_factory=list, description="earlier decode runs: folders or run ids")
-    outputs: str = Field("", exclude=True)
-    _past: list[PastRun] = PrivateAttr(default_factory=list)
-
-    @model_validator(mode="after")
-    def _read(self) -> Plan:
-        """The earlier runs, read once and verified, before any request."""
-        self._past = read_past(self.compare_with, "decode", outputs=self.outputs)
-        return self
+    output_tokens: Annotated[int, COMPARED] = Field(150, ge=2, description="decode speed needs two tokens or more")
+    temperature: Annotated[float, COMPARED] = Field(0.0, ge=0, le=2)
+    compare_with: Annotated[plan.RunIds, IGNORED] = Field(
+        default_factory=list, description="earlier decode runs: folders or run ids")
 
     @property
     def auto(self) -> bool:
         return self.repetitions == AUTO
-
-    @property
-    def past(self) -> list[PastRun]:
-        return list(self._past)
 
     def check_server(self, server: ServerInfo, endpoint: Endpoint | None = None) -> None:
         """Every prompt plus its answer must fit the model's context, or the server would refuse halfway."""

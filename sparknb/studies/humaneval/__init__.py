@@ -33,12 +33,16 @@ from .grading import (
 )
 from .measure import Asked, Cost, ask, cost
 from .plan import NOTEBOOK, Plan, Work, prepare, prompt_tokens
+from ..registry import Contract
 from .plots import plot
 from .prompt import INSTRUCTION, STYLES, chat, completion
 from .scores import Scores, pass_at_1, scores, scores_markdown
 from .tables import batch_table, cost_table, failures, reasons_table
 
+STUDY = Contract(NOTEBOOK, Plan, ask, scores, findings, headline_rows, title="HumanEval", order=60)
+
 __all__ = [
+    "STUDY",
     "CLASSIC_STOPS", "CUT", "CUT_BY_STOP", "HIT_MAX_TOKENS", "INSTRUCTION", "NOTEBOOK", "NO_CODE", "REASONS", "STYLES",
     "Answer", "Asked", "Comparison", "Cost", "Dataset", "Grade", "Plan", "Problem", "Scores", "Traps", "Work", "ask",
     "batch_table",

@@ -17,9 +17,6 @@ from ..mmlu_pro.measure import Batch
 from .grading import Traps, frame, traps
 from .plan import Work
 
-# Settings that may differ without making two runs' verdicts less comparable.
-NOT_COMPARED = {"problem_ids", "resume_from", "compare_with", "run_id", "outputs", "seal", "force", "dataset_source",
-                "target_half_width", "trap_share", "concurrency", "sandboxes", "sandbox"}
 
 
 def passes(records: list[dict]) -> dict[str, bool]:
@@ -79,9 +76,7 @@ def compare(df: pd.DataFrame, work: Work, label: str, batch: Batch | None = None
                         f"{missing[0]}); the comparison would not be paired.")
     a, b = first.tolist(), [theirs[p] for p in first.index]
     pairs = stats.Pairs.of(a, b)
-    mine = work.settings()
-    differ = {k: {"a": mine.get(k), "b": other.settings.get(k)} for k in sorted(set(mine) | set(other.settings))
-              if k not in NOT_COMPARED and mine.get(k) != other.settings.get(k)}
+    differ = work.plan.differences(work.settings(), other.settings)
     b_label = other.label if other.label != label else f"{other.label} ({other.id})"
     return Comparison(label, b_label, pairs, stats.accuracy(sum(a), len(a)), stats.accuracy(sum(b), len(b)),
                       stats.paired_difference(pairs), stats.mcnemar(pairs), work.plan.target_half_width,

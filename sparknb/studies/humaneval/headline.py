@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 from ... import stats
-from ...verdict import Row, Runs, caveats, setting_differences
+from ...verdict import Row, Runs, caveats
 from .compare import passes
-
-SAME = ("dataset_sha256", "style", "max_tokens", "temperature", "stop", "samples")  # settings that change a pass
+from .plan import Plan
 HALF_WIDTH = 0.05  # +/- 5 points: a reader's usual wish, and already near what 164 problems allow
 
 
@@ -47,5 +46,5 @@ def headline_rows(runs: Runs) -> list[Row]:
     if differences:
         rows.append(Row("humaneval", "paired difference in pass@1 (points)", {s: None for s in verdicts}, n,
                         differences, kind="difference", caveats=doubts, needed=needed, note="; ".join(notes),
-                        not_comparable=setting_differences({s: mine[s] for s in verdicts}, SAME)))
+                        not_comparable=Plan.same({s: mine[s] for s in verdicts})))
     return rows

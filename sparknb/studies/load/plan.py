@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from ... import params
+from ... import plan
 from ...client import Endpoint, ServerInfo
-from ...errors import DataError, ParamsError
-from ...run import PastRun, read_past
+from ...errors import ParamsError
+from ...plan import COMPARED, IGNORED
+from ...run import PastRun
 from .prompts import Prompts, make_prompts
 
 NOTEBOOK = "load"
@@ -58,17 +59,17 @@ class Level:
         return sending_s is not None and sending_s >= self.duration_s and measured >= self.min_requests
 
 
-class Plan(params.Plan):
+class Plan(plan.Plan):
     study: ClassVar[str] = NOTEBOOK
     concurrency: list[Annotated[int, Field(ge=1)]] = Field(
         [], description=f"requests in flight per level, e.g. [1, 4, 16]; empty: {list(DEFAULT_CONCURRENCY)}")
     request_rates: list[Annotated[float, Field(gt=0)]] = Field(
         [], description="requests per second per level, e.g. [0.5, 2]; given instead of concurrency")
-    prompt_tokens: int = Field(512, ge=16, description="exact prompt length in tokens, 16 or more")
-    output_tokens: int = Field(128, ge=2, description="answer length in tokens, 2 or more")
-    prompts: str = Field("", description="empty, a prompt set under params/prompts/ (or a YAML path), "
-                         "or mmlu_pro:SOURCE")
-    warmup: int = Field(1, ge=0, description="warmup waves per level, 0 or more")
+    prompt_tokens: Annotated[int, COMPARED] = Field(512, ge=16, description="exact prompt length in tokens, 16 or more")
+    output_tokens: Annotated[int, COMPARED] = Field(128, ge=2, description="answer length in tokens, 2 or more")
+    prompts: Annotated[str, COMPARED] = Field("", description="empty, a prompt set under params/prompts/ (or a YAML "
+                                              "path), or mmlu_pro:SOURCE")
+    warmup: Annotated[int, COMPARED] = Field(1, ge=0, description="warmup waves per level, 0 or more")
     requests_per_level: Annotated[int, Field(ge=0)] | list[Annotated[int, Field(ge=0)]] = Field(
         0, description="measured requests per level, or a list of them, one per level in the order given; "
                        "0: send for duration_s (and at least min_requests)")
@@ -79,9 +80,8 @@ class Plan(params.Plan):
     seed: int = Field(0, description="seeds the arrivals and the order of a prompt set")
     slo_ttft_s: float = Field(2.0, gt=0, description="the longest TTFT a request may take to count as goodput")
     slo_tpot_s: float = Field(0.1, gt=0, description="the longest time per output token to count as goodput")
-    temperature: float = Field(0.0, ge=0, le=2)
-    compare_with: params.RunIds = Field([], description="run folders or run ids of earlier load runs")
-    _past: list[PastRun] = PrivateAttr(default_factory=list)
+    temperature: Annotated[float, COMPARED] = Field(0.0, ge=0, le=2)
+    compare_with: Annotated[plan.RunIds, IGNORED] = Field([], description="run folders or run ids of earlier load runs")
     _prompts: Prompts | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
@@ -104,16 +104,9 @@ class Plan(params.Plan):
                              "parquet files)")
         return self
 
-    @classmethod
-    def build(cls, *, outputs: str = "", **values: Any) -> Plan:
-        """Check the parameters, then read every compare_with run from its seal, once, before any request."""
-        plan = super().build(**values)
-        plan._past = _with_levels(read_past(plan.compare_with, NOTEBOOK, outputs=outputs))
-        return plan
-
-    @property
-    def past(self) -> list[PastRun]:
-        return list(self._past)
+    def unusable(self, run: PastRun) -> str:
+        """An earlier run to compare with must have measured a level (one that failed at once has none)."""
+        return "" if any(r.get("kind") == "level" for r in run.records) else "it holds no measured level"
 
     @property
     def source(self) -> Prompts:
@@ -153,20 +146,11 @@ class Plan(params.Plan):
                               f"exceeds {server.model}'s max_model_len of {server.max_model_len}. Lower prompt_tokens "
                               "or output_tokens, or restart the server with a larger --max-model-len.")
         mine = {lv.name for lv in self.wanted()}
-        differ = [f"{o.id} ({o.label})" for o in self._past
+        differ = [f"{o.id} ({o.label})" for o in self.past
                   if not mine & {r.get("level_name") for r in o.records if r.get("kind") == "level"}]
         if differ:
             raise ParamsError(f"compare_with runs that share no level with this one ({sorted(mine)}): "
                               + "; ".join(differ) + ". Give the same concurrency or request_rates as those runs.")
-
-
-def _with_levels(runs: list[PastRun]) -> list[PastRun]:
-    """Earlier runs to compare with must have measured a level (one that failed at once has none)."""
-    empty = [f"compare_with {run.id!r}: it holds no measured level" for run in runs
-             if not any(r.get("kind") == "level" for r in run.records)]
-    if empty:
-        raise DataError("Cannot compare:\n  " + "\n  ".join(empty))
-    return runs
 
 
 def kv_capacity(endpoint, tokens_per_request: int) -> int | None:

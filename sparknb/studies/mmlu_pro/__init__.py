@@ -28,12 +28,16 @@ from .grading import (
 )
 from .measure import Batch, ask
 from .plan import NOTEBOOK, Plan, Work, prepare, prompt_tokens
+from ..registry import Contract
 from .plots import plot
 from .prompt import messages, prompt
 from .scores import Scores, scores, scores_markdown
 from .tables import batch_table, table
 
+STUDY = Contract(NOTEBOOK, Plan, ask, table, findings, headline_rows, title="MMLU-Pro", order=50)
+
 __all__ = [
+    "STUDY",
     "headline_rows",
     "CUT_BY_STOP", "FILES", "HIT_MAX_TOKENS", "LETTERS", "NOTEBOOK", "NO_ANSWER_LINE",
     "Batch", "BatchSpeed", "Comparison", "Dataset", "Extraction", "Grade", "Plan", "Question", "Scores", "Traps",

@@ -13,9 +13,6 @@ from .grading import Traps, frame, traps
 from .measure import Batch
 from .plan import Work
 
-# Settings that may differ without making two runs' answers less comparable.
-NOT_COMPARED = {"questions", "resume_from", "compare_with", "run_id", "outputs", "seal", "force", "dataset",
-                "dataset_source", "target_half_width", "trap_share", "concurrency"}
 
 
 @dataclass(frozen=True)
@@ -91,9 +88,7 @@ def compare(df: pd.DataFrame, work: Work, label: str, batch: Batch | None = None
     a = ours.loc[common, "correct"].astype(bool).tolist()
     b = theirs.loc[common, "correct"].astype(bool).tolist()
     pairs = stats.Pairs.of(a, b)
-    mine = work.settings()
-    differ = {k: {"a": mine.get(k), "b": other.settings.get(k)} for k in sorted(set(mine) | set(other.settings))
-              if k not in NOT_COMPARED and mine.get(k) != other.settings.get(k)}
+    differ = work.plan.differences(work.settings(), other.settings)
     b_label = other.label if other.label != label else f"{other.label} ({other.id})"
     return Comparison(label, b_label, pairs, stats.accuracy(sum(a), len(a)), stats.accuracy(sum(b), len(b)),
                       stats.paired_difference(pairs), stats.mcnemar(pairs), work.plan.target_half_width,

@@ -11,10 +11,10 @@ import math
 
 from ... import sequential, stats
 from ...run import PastRun
-from ...verdict import Row, Runs, caveats, median_row, setting_differences
+from ...verdict import Row, Runs, caveats, median_row
 from .grading import frame
+from .plan import Plan
 
-SAME = ("dataset_name", "shots", "max_tokens", "temperature", "stop")  # settings that change what a score is
 HALF_WIDTH = 0.02  # the paired interval a reader would want: +/- 2 points
 
 
@@ -61,7 +61,7 @@ def headline_rows(runs: Runs) -> list[Row]:
     if differences:
         rows.append(Row(study, "paired difference in accuracy (points)", {s: None for s in graded}, n, differences,
                         kind="difference", caveats=doubts, needed=needed, note="; ".join(notes),
-                        not_comparable=setting_differences({s: mine[s] for s in graded}, SAME), sequences=sequences))
+                        not_comparable=Plan.same({s: mine[s] for s in graded}), sequences=sequences))
     return rows + batch_rows(runs, study)
 
 

@@ -10,71 +10,47 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 
-from ... import params
+from ... import plan
 from ...client import Endpoint, ServerInfo
 from ...errors import DataError, ParamsError
-from ...run import PastRun, read_past
+from ...plan import COMPARED, IGNORED, RESUMED
+from ...run import PastRun
 from .data import Dataset, Question, draw, load, load_suite
 from .grading import answered
 from .prompt import messages, prompt
 
 NOTEBOOK = "mmlu_pro"
-# Settings that must match for answers of two runs to be mixed in one (resume_from).
-SAME_FOR_RESUME = ("dataset_name", "shots", "max_tokens", "temperature", "stop", "model")
 
 
-class Plan(params.Plan):
+class Plan(plan.Plan):
     study: ClassVar[str] = NOTEBOOK
-    dataset: str = Field("hub", description='"hub", a folder holding the two parquet files of TIGER-Lab/MMLU-Pro, or '
-                         '"auto": the hub where it can be had, else the demo questions shipped with sparknb (not '
-                         'MMLU-Pro, and named so)')
+    recorded: ClassVar = {"dataset_name": (COMPARED, RESUMED), "dataset_source": (IGNORED,), "questions": (IGNORED,)}
+    dataset: Annotated[str, IGNORED] = Field(
+        "hub", description='"hub", a folder holding the two parquet files of TIGER-Lab/MMLU-Pro, or "auto": the hub '
+        'where it can be had, else the demo questions shipped with sparknb (not MMLU-Pro, and named so)')
     per_category: int = Field(20, ge=0, description="questions drawn per category, 0 or more; 0 asks the whole "
                               "test split")
     seed: int = Field(0, description="seed of the draw, a whole number")
-    shots: int = Field(5, ge=0, le=5, description="worked examples per prompt, 0 to 5: the validation split "
-                       "has 5 per category")
+    shots: Annotated[int, COMPARED, RESUMED] = Field(5, ge=0, le=5, description="worked examples per prompt, 0 to 5: "
+                                                     "the validation split has 5 per category")
     suite: str = Field("", description="a JSONL file of your own questions, or empty for MMLU-Pro")
-    max_tokens: int = Field(8192, ge=1, description="the longest answer in tokens, reasoning included, 1 or more")
-    temperature: float = Field(0.0, ge=0, le=2, description="between 0 and 2; 0 is greedy")
-    stop: list[Annotated[str, Field(min_length=1)]] = Field(
+    max_tokens: Annotated[int, COMPARED, RESUMED] = Field(8192, ge=1, description="the longest answer in tokens, "
+                                                          "reasoning included, 1 or more")
+    temperature: Annotated[float, COMPARED, RESUMED] = Field(0.0, ge=0, le=2, description="between 0 and 2; 0 is "
+                                                             "greedy")
+    stop: Annotated[list[Annotated[str, Field(min_length=1)]], COMPARED, RESUMED] = Field(
         [], description="a list of non-empty stop strings, e.g. ['Question:']; none by default")
-    concurrency: int = Field(8, ge=1, description="requests in flight at once, 1 or more")
-    trap_share: float = Field(0.05, ge=0, lt=1, description="a fraction between 0 and 1, e.g. 0.05")
-    resume_from: str = Field("", description="an earlier mmlu_pro run folder or run id")
-    compare_with: str = Field("", description="another mmlu_pro run folder or run id on the same questions")
-    target_half_width: float = Field(0.02, gt=0, lt=1, description="a fraction, e.g. 0.02 for 2 points")
-    _resumed: PastRun | None = PrivateAttr(None)
-    _other: PastRun | None = PrivateAttr(None)
-
-    @classmethod
-    def build(cls, *, outputs: str = "", **values: Any) -> Plan:
-        """Check the parameters, then read resume_from and compare_with from their seals, once, both at once."""
-        plan = super().build(**values)
-        found, problems = {}, []
-        for what in ("resume_from", "compare_with"):
-            try:
-                found[what] = read_past(getattr(plan, what), NOTEBOOK, what=what, outputs=outputs)
-            except DataError as e:
-                problems.append(str(e))
-        if problems:
-            raise DataError("\n".join(problems))
-        plan._resumed = next(iter(found["resume_from"]), None)
-        plan._other = next(iter(found["compare_with"]), None)
-        return plan
-
-    @property
-    def resumed(self) -> PastRun | None:
-        """The run named by resume_from, as read and verified when the plan was built."""
-        return self._resumed
-
-    @property
-    def other(self) -> PastRun | None:
-        """The run named by compare_with, as read and verified when the plan was built."""
-        return self._other
+    concurrency: Annotated[int, IGNORED] = Field(8, ge=1, description="requests in flight at once, 1 or more")
+    trap_share: Annotated[float, IGNORED] = Field(0.05, ge=0, lt=1, description="a fraction between 0 and 1, e.g. 0.05")
+    resume_from: Annotated[str, IGNORED] = Field("", description="an earlier mmlu_pro run folder or run id")
+    compare_with: Annotated[str, IGNORED] = Field("", description="another mmlu_pro run folder or run id on the same "
+                                                  "questions")
+    target_half_width: Annotated[float, IGNORED] = Field(0.02, gt=0, lt=1, description="a fraction, e.g. 0.02 for 2 "
+                                                         "points")
 
 
 @dataclass
@@ -168,12 +144,7 @@ def prepare(plan: Plan, model: str, dataset: Dataset | None = None) -> Work:
 
 
 def _reusable(past: PastRun, work: Work) -> list[dict]:
-    mine = work.settings()
-    differ = [k for k in SAME_FOR_RESUME if past.settings.get(k) != mine.get(k)]
-    if differ:
-        raise DataError(f"resume_from {past.id} was run with different {', '.join(differ)} ("
-                        + "; ".join(f"{k}: {past.settings.get(k)!r} there, {mine.get(k)!r} here" for k in differ)
-                        + "). Its answers cannot be mixed into this run: run these settings afresh.")
+    work.plan.check_resume(past, work.settings())
     done = answered(past.records)
     return [done[q.id] for q in work.questions if q.id in done]
 

@@ -13,10 +13,14 @@ from .fit import LEVEL, Estimate, Fit, fit
 from .headline import headline_rows
 from .measure import CacheCount, check_no_cache_hits, repeating, sweep
 from .plan import DEFAULT_LENGTHS, NOTEBOOK, Plan
+from ..registry import Contract
 from .plots import plot, plot_comparison
 from .tables import frame, measured_lengths, share, summarize
 
+STUDY = Contract(NOTEBOOK, Plan, sweep, summarize, findings, headline_rows, order=20)
+
 __all__ = [
+    "STUDY",
     "headline_rows",
     "DEFAULT_LENGTHS", "LEVEL", "NOTEBOOK", "CacheCount", "CacheHitError", "Comparison", "Estimate", "Fit",
     "FitError", "Plan", "check_no_cache_hits", "compare", "findings", "fit", "frame",

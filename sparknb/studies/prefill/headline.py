@@ -9,10 +9,9 @@ shorter ones are shown as the trap a single short-prompt test falls into, never 
 from __future__ import annotations
 
 from ...run import PastRun
-from ...verdict import Row, Runs, caveats, median_row, setting_differences
+from ...verdict import Row, Runs, caveats, median_row
+from .plan import Plan
 from .tables import clean, frame
-
-SAME = ("output_tokens", "allow_cache_hits")  # settings that change what a TTFT is
 
 
 def crossover(run: PastRun) -> float | None | str:
@@ -39,7 +38,7 @@ def headline_rows(runs: Runs) -> list[Row]:
     known = [p for p in points.values() if isinstance(p, float)]
     never = [s for s, p in points.items() if p == "never"]
     from_ = max(known) if known else None
-    apart = setting_differences(mine, SAME)
+    apart = Plan.same(mine)
     rows = []
     for i, n in enumerate(lengths):
         samples = {s: (1000 * f[f["prompt_length"] == n]["ttft_s"].dropna()).tolist() for s, f in frames.items()}

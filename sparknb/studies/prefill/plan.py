@@ -6,14 +6,15 @@ length) is checked against it before the run lock is taken or a folder is made.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from ... import params
+from ... import plan
 from ...client import Endpoint, ServerInfo
-from ...errors import DataError, ParamsError
-from ...run import PastRun, read_past
+from ...errors import ParamsError
+from ...plan import COMPARED, IGNORED
+from ...run import PastRun
 from .tables import measured_lengths
 
 NOTEBOOK = "prefill"
@@ -21,16 +22,15 @@ NOTEBOOK = "prefill"
 DEFAULT_LENGTHS = (111, 364, 1024, 2048, 5378, 10714)
 
 
-class Plan(params.Sweep):
+class Plan(plan.Sweep):
     study: ClassVar[str] = NOTEBOOK
     prompt_lengths: list[Annotated[int, Field(ge=16)]] = Field(
         [], description="whole numbers of tokens, 16 or more, two lengths or more; empty for the standard "
         f"{list(DEFAULT_LENGTHS)}")
-    output_tokens: int = Field(1, ge=1, description="answer length in tokens, 1 or more")
-    allow_cache_hits: bool = Field(False, description="true or false")
-    compare_with: params.RunIds = Field(
+    output_tokens: Annotated[int, COMPARED] = Field(1, ge=1, description="answer length in tokens, 1 or more")
+    allow_cache_hits: Annotated[bool, COMPARED] = Field(False, description="true or false")
+    compare_with: Annotated[plan.RunIds, IGNORED] = Field(
         [], description="run folders or run ids of earlier prefill runs")
-    _past: list[PastRun] = PrivateAttr(default_factory=list)
 
     @field_validator("compare_with")
     @classmethod
@@ -50,21 +50,8 @@ class Plan(params.Sweep):
                              f"cost; got {lengths}. Leave it empty for the standard {list(DEFAULT_LENGTHS)}")
         return self
 
-    @classmethod
-    def build(cls, *, outputs: str = "", **values: Any) -> Plan:
-        """Check the parameters, then read every compare_with run from its seal, once, before any request."""
-        plan = super().build(**values)
-        plan._past = read_past(plan.compare_with, NOTEBOOK, outputs=outputs)
-        empty = [f"compare_with {run.id!r}: it holds no clean measured request" for run in plan._past
-                 if not measured_lengths(run.records)]
-        if empty:
-            raise DataError("Cannot compare:\n  " + "\n  ".join(empty))
-        return plan
-
-    @property
-    def past(self) -> list[PastRun]:
-        """The earlier runs to compare with, as read and verified when the plan was built."""
-        return list(self._past)
+    def unusable(self, run: PastRun) -> str:
+        return "" if measured_lengths(run.records) else "it holds no clean measured request"
 
     def lengths_for(self, server: ServerInfo) -> tuple[tuple[int, ...], str | None]:
         """The lengths this run measures, and a note where standard ones did not fit the server.
@@ -101,7 +88,7 @@ class Plan(params.Sweep):
     def check_server(self, server: ServerInfo, endpoint: Endpoint | None = None) -> None:
         """Before the run opens: the lengths fit the server, and match every run to compare with."""
         lengths, _ = self.lengths_for(server)
-        differ = [f"{o.id} ({o.label}) measured {list(measured_lengths(o.records))}" for o in self._past
+        differ = [f"{o.id} ({o.label}) measured {list(measured_lengths(o.records))}" for o in self.past
                   if measured_lengths(o.records) != lengths]
         if differ:
             raise ParamsError(

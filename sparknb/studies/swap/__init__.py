@@ -13,9 +13,13 @@ from .headline import headline_rows
 from .measure import run
 from .memory import cache_state, clear_cache, memory
 from .plan import Plan
+from ..registry import Contract
 from .plots import plot
 from .tables import EMPTY, EVICT, FIRST_ANSWER, caption, fingerprint_table, frame, memory_table, reported, stage_names, stages
 
+STUDY = Contract("swap", Plan, run, stages, findings, headline_rows, order=70, across_models=True)
+
 __all__ = [
+    "STUDY",
     "headline_rows","EMPTY", "EVICT", "FIRST_ANSWER", "Plan", "SINGLE_CAVEAT", "caption", "stage_names", "cache_state", "clear_cache", "findings",
            "fingerprint_table", "frame", "memory", "memory_table", "plot", "reported", "run", "stages", "summary"]

@@ -6,14 +6,14 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from ... import params
+from ... import plan
 from ...client import Endpoint
 from ...errors import SparknbError
 from ...params import ModelParams, load_model
 from ...serving import targets
 
 
-class Plan(params.Plan):
+class Plan(plan.Plan):
     study: ClassVar[str] = "swap"
     models: list[Annotated[str, Field(min_length=1)]] = Field(
         min_length=1, description="a list of model names or YAML paths, e.g. [tiny-dense, tiny-moe, tiny-dense]")

@@ -1,0 +1,121 @@
+"""The study contract: every study found through one registry, what makes two runs comparable read from the marks
+beside each parameter, and a toy study that lives only here run through `sparknb run` into a comparison."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from test_mmlu_pro_plan import past_run
+
+from sparknb import campaign
+from sparknb.cli import main
+from sparknb.errors import DataError, ParamsError
+from sparknb.plan import COMPARED, IGNORED, RESUMED
+from sparknb.run import PastRun, read_past
+from sparknb.studies import decode, humaneval, mmlu_pro, registry, swap
+from sparknb.studies.registry import Contract
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """The toy study, named in $SPARKNB_STUDIES, and importable by a notebook's kernel too."""
+    monkeypatch.setenv(registry.ENV, "toy_study")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
+    return registry.find("toy")
+
+
+def test_every_study_is_found_through_its_contract_in_the_comparisons_order():
+    studies = registry.studies()
+    measuring = [n for n, c in studies.items() if c.measures]
+    assert measuring == ["decode", "prefill", "mtp", "load", "mmlu_pro", "humaneval", "swap"]
+    assert [n for n, c in studies.items() if c.across_models] == ["swap"] and not studies["compare"].measures
+    for name, contract in studies.items():
+        assert contract.Plan.study == name and contract.notebook_path().is_file()
+    assert studies["mmlu_pro"].heading == "MMLU-Pro" and studies["decode"].heading == "Decode"
+    assert registry.find("toy") is None  # a study outside sparknb.studies only where $SPARKNB_STUDIES names it
+
+
+def test_a_study_named_in_the_environment_is_found_and_a_bad_name_is_refused(toy, monkeypatch):
+    assert toy is not None and toy.Plan.study == "toy" and toy.notebook_path().parent == HERE / "toy_study"
+    assert list(registry.studies())[-1] == "toy"  # no order given: after every study of sparknb's own
+    monkeypatch.setenv(registry.ENV, "toy_study, no_such_study")
+    with pytest.raises(ParamsError, match="'no_such_study', which cannot be imported"):
+        registry.studies()
+
+
+def test_a_contract_refuses_a_plan_of_another_study():
+    with pytest.raises(ParamsError, match="declares a Plan of study 'decode'"):
+        Contract("decode2", decode.Plan)
+
+
+def test_the_marks_beside_the_parameters_say_what_makes_runs_comparable():
+    assert mmlu_pro.Plan.marked(COMPARED) == ("shots", "max_tokens", "temperature", "stop", "dataset_name")
+    assert set(humaneval.Plan.marked(RESUMED)) == {"style", "samples", "max_tokens", "temperature", "stop",
+                                                   "isolation", "python", "timeout_s", "memory_mb", "model",
+                                                   "dataset_name", "dataset_sha256"}
+    assert {"concurrency", "trap_share", "compare_with", "run_id", "questions"} <= set(mmlu_pro.Plan.marked(IGNORED))
+    mine = {"temperature": 0.0, "concurrency": 8, "per_category": 2, "model": "a", "questions": ["1"]}
+    theirs = {"temperature": 0.7, "concurrency": 2, "per_category": 3, "model": "b", "questions": ["2"]}
+    assert mmlu_pro.Plan.differences(mine, theirs) == {"per_category": {"a": 2, "b": 3},
+                                                       "temperature": {"a": 0.0, "b": 0.7}}
+
+
+def run_with(tmp_path, run_id: str, settings: dict, notebook: str = "mmlu_pro") -> PastRun:
+    past_run(tmp_path, run_id, settings)  # a sealed mmlu_pro run folder
+    (run,) = read_past(run_id, notebook, outputs=tmp_path)
+    return run
+
+
+def test_the_comparison_and_resume_read_the_same_marks(tmp_path):
+    a = run_with(tmp_path, "a", {"temperature": 0.0, "shots": 5, "concurrency": 8, "model": "tiny-dense"})
+    b = run_with(tmp_path, "b", {"temperature": 0.0, "shots": 5, "concurrency": 2, "model": "tiny-moe"})
+    c = run_with(tmp_path, "c", {"temperature": 0.7, "shots": 0, "concurrency": 8, "model": "tiny-dense"})
+    assert mmlu_pro.Plan.same({"x": a, "y": b}) == ""  # concurrency and model do not change a score
+    apart = mmlu_pro.Plan.same({"x": a, "y": c})
+    assert "shots 5 (x) vs 0 (y)" in apart and "temperature 0.0 (x) vs 0.7 (y)" in apart
+    with pytest.raises(DataError, match="different shots, temperature") as e:
+        mmlu_pro.Plan.check_resume(c, a.settings)
+    assert "0.7 there, 0.0 here" in str(e.value)
+    with pytest.raises(DataError, match="different model"):
+        mmlu_pro.Plan.check_resume(b, a.settings)
+    mmlu_pro.Plan.check_resume(a, a.settings | {"concurrency": 1})  # an IGNORED setting may differ
+
+
+def test_earlier_runs_are_read_by_the_base_the_same_way_for_every_study(tmp_path):
+    done = past_run(tmp_path, "done", {"temperature": 0.0})
+    plan = mmlu_pro.Plan.build(outputs=str(tmp_path), compare_with="done", resume_from="done")
+    assert plan.other.id == plan.resumed.id == "done" and [r.id for r in plan.past] == ["done"]
+    with pytest.raises(DataError) as e:  # both named at once, each by its parameter
+        humaneval.Plan.build(outputs=str(tmp_path), compare_with=str(done.path), resume_from="nowhere")
+    assert "resume_from 'nowhere': no such run folder" in str(e.value)
+    assert "is a 'mmlu_pro' run, not a humaneval run" in str(e.value)
+
+
+def test_the_campaign_gives_models_only_to_studies_that_do_not_visit_them_themselves():
+    assert {"model", "models", "endpoint", "run_id", "outputs", "seal"} == set(campaign.set_by_the_campaign(decode.Plan))
+    assert "models" not in campaign.set_by_the_campaign(swap.Plan)  # swap's own parameter: the models it visits
+
+
+@pytest.mark.server
+def test_a_toy_study_runs_through_sparknb_run_and_appears_in_a_comparison(toy, tmp_path, tiny_dense, tiny_moe,
+                                                                            capsys):
+    """The toy study lives only in tests/toy_study: nothing in sparknb names it, yet `sparknb run` runs it and the
+    comparison sets its runs side by side, by its own rows."""
+    folders = []
+    for name, server in (("tiny-dense", tiny_dense), ("tiny-moe", tiny_moe)):
+        code = main(["run", "toy", "--outputs", str(tmp_path), "-p", "model", name, "-p", "endpoint", server.url])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        folders.append(Path(out.split("sealed run: ")[1].split()[0]))
+    records = [json.loads(line) for line in (folders[0] / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 5 and all(r["completion_tokens"] == 4 for r in records)
+    assert main(["run", "compare", "--outputs", str(tmp_path), "-p", "runs", json.dumps([str(f) for f in folders]),
+                 "-p", "interactive", "false"]) == 0
+    (compared,) = (tmp_path / "compare").iterdir()
+    rows = json.loads((compared / "summary.json").read_text())["headline"]["rows"]
+    (row,) = [r for r in rows if r["study"] == "toy" and r["figure"] == "TTFT ms"]
+    assert row["n"] == {"tiny-dense": 5, "tiny-moe": 5} and not row["not_comparable"]
+    assert row["values"]["tiny-dense"] == pytest.approx(sorted(1000 * r["ttft_s"] for r in records)[2])
