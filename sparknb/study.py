@@ -21,7 +21,7 @@ from .client import Completion, Endpoint, ServerInfo
 from .errors import ParamsError
 from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
 from .redaction import redact
-from .report import Finding, warning
+from .report import Finding, info, warning
 from .run import FAILURE, Run, read_records
 from .stats import drift
 
@@ -250,8 +250,36 @@ class Schedule:
                 out[n] = (f"reached {shown} (target +/-{100 * self.target:g}%) after {count} clean requests")
             else:
                 out[n] = (f"stopped at the cap of {self.cap} requests with {shown} (target +/-{100 * self.target:g}%): "
-                          "the box is too noisy for the target")
+                          "the requests spread wider than the target allows at that count")
         return out
+
+
+def capped(df: pd.DataFrame, stopped: dict[int, str], client: str, server: str, what: str) -> list[Finding]:
+    """Lengths where repetitions auto hit its cap before its precision target: context, not a doubt (the row's own
+    interval already says how precise its median is; a busy box, drift or outliers are their own findings), with
+    the spread put where the server's own timings put it: in the server, or outside it (transport, client, box)."""
+    lengths = [n for n, why in stopped.items() if why.startswith("stopped at the cap")]
+    if not lengths:
+        return []
+    where = "; ".join(f"{n:,} tokens: {spread_source(df[df['prompt_length'] == n], client, server)}" for n in lengths)
+    return [info(f"repetitions auto stopped at its cap before reaching its target at "
+                 f"{', '.join(f'{n:,}' for n in lengths)} tokens ({stopped[lengths[0]]}). A target is for precision, "
+                 f"not a test: the median's own interval says how precise it is, and decides with it. Where the "
+                 f"{what} spread: {where}.", tuple(lengths))]
+
+
+def spread_source(df: pd.DataFrame, client: str, server: str) -> str:
+    """Whose time the spread of the client's figure is, by the server's own timings of the same requests."""
+    timed = df[df["interference"].isna()][[client, server]].dropna() if server in df else df.iloc[:0]
+    if len(timed) < 2:
+        return "the server gave no timings of its own, so whether the server or the box spread cannot be told"
+    inside = 1000 * (timed[server].max() - timed[server].min())
+    outside = 1000 * (timed[client] - timed[server])
+    span = float(outside.max() - outside.min())
+    who = ("the server's own time" if inside >= span else
+           "the time outside the server (the transport, the client or the machine)")
+    return (f"{who} (the server's own ranged over {inside:,.1f} ms; outside it, {outside.min():,.1f} to "
+            f"{outside.max():,.1f} ms)")
 
 
 def drifts(df: pd.DataFrame, column: str, what: str, fmt: Callable[[float], str] = "{:.1f}".format) -> list[Finding]:

@@ -7,7 +7,7 @@ import pandas as pd
 
 from ...bandwidth import FAR_BELOW, IMPOSSIBLE, Limit
 from ...report import Finding, info, warning
-from ...study import AUTO_FIRST, drifts
+from ...study import AUTO_FIRST, capped, drifts
 from ...verdict import MIN_SAMPLES
 from .tables import BURST, SPREAD, clean
 
@@ -19,7 +19,8 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, limit: Limit, hardware: str,
     if table.empty:
         return notes + [warning("No clean measurement was taken.")]
     notes += _about_clocks(df, table) + _about_samples(table, stopped or {})
-    notes += drifts(df, "decode_tok_s", "decode tok/s")
+    notes += drifts(df, "decode_tok_s", "decode tok/s") + capped(df, stopped or {}, "decode_s", "server_decode_s",
+                                                                  "decode time")
     notes.append(_headline(table))
     return notes + _about_limit(table, limit, hardware)
 
@@ -84,7 +85,7 @@ def _about_clocks(df: pd.DataFrame, table: pd.DataFrame) -> list[Finding]:
 
 
 def _about_samples(table: pd.DataFrame, stopped: dict[int, str]) -> list[Finding]:
-    """Too few requests for an interval, a spread too wide for a steady box, a length that hit the cap."""
+    """Too few requests for an interval, and a spread too wide for a steady box."""
     notes = []
     few = table[table["95% low"].isna() | (table["n"] < MIN_SAMPLES)]
     if len(few):
@@ -96,11 +97,6 @@ def _about_samples(table: pd.DataFrame, stopped: dict[int, str]) -> list[Finding
                              f"({row['spread x']:.1f}x) over {row['n']} requests, beyond the {SPREAD}x a steady box "
                              "stays within: the box was not steady, and a median of so wide a spread is not a "
                              "speed to quote.", (n,)))
-    capped = [n for n, why in stopped.items() if why.startswith("stopped at the cap")]
-    if capped:
-        notes.append(warning(f"repetitions auto stopped at its cap before reaching the target at "
-                             f"{', '.join(f'{n:,}' for n in capped)} tokens: " + stopped[capped[0]] + ".",
-                             tuple(capped)))
     return notes
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ...engines import Engine
 from ...report import Finding, as_records, duration, info, warning
-from ...study import drifts
+from ...study import capped, drifts
 from ...verdict import MIN_SAMPLES
 from .compare import Comparison
 from .fit import Fit
@@ -23,6 +23,7 @@ from .measure import UNCHECKED, CacheCount
 from .plan import Plan
 from .tables import clean
 
+FIT = ("fit",)  # a finding about the fit's shape: the fit's own figures, not any length's measured TTFT
 SERVER_COLUMNS = {"server TTFT ms": "time_to_first_token", "server prefill ms": "request_prefill_time",
                   "server queue ms": "request_queue_time"}
 
@@ -45,6 +46,8 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, fit_: Fit | None, plan: Plan
     if table.empty:
         return notes + [warning("No clean measurement was taken.")]
     notes += _about_samples(table, stopped or {}) + _about_spread(df) + _about_server(df, table, engine) + _about_load(df)
+    notes += capped(df.assign(server_first_s=df["server_ttft_s"].fillna(df["server_prefill_s"])), stopped or {},
+                    "ttft_s", "server_first_s", "TTFT")
     if fit_ is not None:
         notes += _about_fit(table, fit_)
     return notes
@@ -91,17 +94,13 @@ def _about_spread(df: pd.DataFrame) -> list[Finding]:
 
 
 def _about_samples(table: pd.DataFrame, stopped: dict[int, str]) -> list[Finding]:
-    """Too few requests for an interval, and lengths where repetitions auto hit its cap."""
+    """Too few requests for an interval."""
     notes = []
     few = table[table["n"] < MIN_SAMPLES]
     if len(few):
         notes.append(warning("Too few clean requests for an interval at "
                              + ", ".join(f"{n:,} tokens ({int(r['n'])})" for n, r in few.iterrows())
                              + f" ({MIN_SAMPLES} needed): their medians are shown, not settled.", tuple(few.index)))
-    capped = [n for n, why in stopped.items() if why.startswith("stopped at the cap")]
-    if capped:
-        notes.append(warning(f"repetitions auto stopped at its cap before reaching the target at "
-                             f"{', '.join(f'{n:,}' for n in capped)} tokens: {stopped[capped[0]]}.", tuple(capped)))
     return notes
 
 
@@ -170,14 +169,14 @@ def _about_fit(table: pd.DataFrame, fit_: Fit) -> list[Finding]:
     length, miss = fit_.worst_misfit
     if abs(miss) > 0.10:
         notes.append(warning(f"the {fit_.shape} misses the median TTFT at {length:,} tokens by {100 * miss:+.0f}%: "
-                             "read the fitted overhead and per-token cost as rough."))
+                             "read the fitted overhead and per-token cost as rough.", FIT))
     predicted = 1000 * fit_.predict(table.index.to_numpy(dtype=float))["ttft_s"].to_numpy()
     outside = [(n, p) for n, p, lo, hi in zip(table.index, predicted, table["min"], table["max"]) if not lo <= p <= hi]
     if outside:
         shown = "; ".join(f"{duration(p / 1000)} at {n:,} tokens" for n, p in outside)
         notes.append(warning(f"the {fit_.shape} falls outside the spread measured (fastest to slowest request) at "
                              f"{len(outside)} length(s): {shown}. Where it does, the fit describes the run only "
-                             "roughly."))
+                             "roughly.", FIT))
     if fit_.curvature_s:
         word = "faster" if fit_.curvature_s.value > 0 else "slower"
         notes.append(info(f"TTFT grows {word} than in proportion to the prompt: the per-token cost is "
