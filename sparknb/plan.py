@@ -20,7 +20,6 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidat
 from .errors import DataError, ParamsError, SparknbError
 from .params import explain
 from .run import PastRun, read_past
-from .verdict import setting_differences
 
 
 @dataclass(frozen=True)
@@ -127,9 +126,18 @@ class Plan(BaseModel):
         return tuple(fields + [n for n, marks in recorded.items() if mark in marks and n not in cls.model_fields])
 
     @classmethod
-    def same(cls, runs: dict[str, PastRun]) -> str:
-        """Why these runs do not measure the same thing (a COMPARED setting differs), or "" where they do."""
-        return setting_differences(runs, cls.marked(COMPARED))
+    def same(cls, runs: dict[str, PastRun | dict]) -> str:
+        """Why these runs do not measure the same thing (a COMPARED setting differs), or "" where they do.
+        `runs`: subject -> its sealed run, or the settings of the run still going (a notebook's own)."""
+        settings = {s: r if isinstance(r, dict) else r.settings for s, r in runs.items()}
+        if len(settings) < 2:
+            return ""
+        differ = []
+        for name in cls.marked(COMPARED):
+            seen = {s: values.get(name) for s, values in settings.items()}
+            if len({repr(v) for v in seen.values()}) > 1:
+                differ.append(f"{name} " + " vs ".join(f"{v!r} ({s})" for s, v in seen.items()))
+        return ("the runs were measured with different settings: " + "; ".join(differ)) if differ else ""
 
     @classmethod
     def differences(cls, mine: dict, theirs: dict) -> dict[str, dict]:

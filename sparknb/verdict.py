@@ -269,15 +269,3 @@ def median_row(study: str, figure: str, samples: dict[str, list[float]], base: s
                          "no difference was seen: more requests would only narrow the interval around 1")
     return Row(study, figure, values, {s: len(v) for s, v in samples.items()}, ratios, better, "ratio", role,
                {s: tuple(c) for s, c in (caveats or {}).items() if c}, not_comparable, needed, note)
-
-
-def setting_differences(runs: dict[str, PastRun], names: Sequence[str]) -> str:
-    """Why the runs do not measure the same thing, where one of the settings that change the figure differs."""
-    if len(runs) < 2:
-        return ""
-    differ = []
-    for name in names:
-        seen = {s: r.settings.get(name) for s, r in runs.items()}
-        if len({repr(v) for v in seen.values()}) > 1:
-            differ.append(f"{name} " + " vs ".join(f"{v!r} ({s})" for s, v in seen.items()))
-    return ("the runs were measured with different settings: " + "; ".join(differ)) if differ else ""

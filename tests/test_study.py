@@ -119,3 +119,29 @@ def test_a_toy_study_runs_through_sparknb_run_and_appears_in_a_comparison(toy, t
     (row,) = [r for r in rows if r["study"] == "toy" and r["figure"] == "TTFT ms"]
     assert row["n"] == {"tiny-dense": 5, "tiny-moe": 5} and not row["not_comparable"]
     assert row["values"]["tiny-dense"] == pytest.approx(sorted(1000 * r["ttft_s"] for r in records)[2])
+
+
+def test_a_notebooks_comparison_and_the_report_draw_the_same_rows_and_cannot_disagree(tmp_path):
+    from types import SimpleNamespace
+
+    from test_compare import decode_run, fingerprint
+
+    from sparknb.verdict import Runs
+
+    other = decode_run(tmp_path, "dense", 8.9, fingerprint(), seed=2, findings=[
+        {"level": "warning", "text": "The box was busy at 111 tokens. More.", "about": [111]}])
+    mine = decode_run(tmp_path, "moe", 26.0, fingerprint(), seed=1)
+    (past,) = read_past(str(other.path), "decode")
+    (this,) = read_past(str(mine.path), "decode")
+    study = SimpleNamespace(model=SimpleNamespace(name="moe"), fingerprint=fingerprint())
+    table, _ = decode.compare(decode.frame(this.records), study, [past], this.settings)
+    rows = decode.headline_rows(Runs({"decode": {"moe": this, "dense": past}}, ["moe", "dense"]))
+    for row in rows[:2]:  # tok/s at 111 and at 5,378 tokens
+        mine_row = table[table["prompt tokens"] == int(row.figure.split()[2].replace(",", ""))].iloc[0]
+        assert mine_row["theirs / this"] == row.ratios["dense"].estimate
+        assert (mine_row["95% low"], mine_row["95% high"]) == (row.ratios["dense"].low, row.ratios["dense"].high)
+        assert mine_row["standing"] == row.standing("dense", "moe")
+    assert list(table["standing"]) == ["caveated", "trusted"]  # the other run's own warning, at its length only
+    table, notes = decode.compare(decode.frame(this.records), study, [past], this.settings | {"output_tokens": 64})
+    assert set(table["standing"]) == {"not comparable"}
+    assert any("output_tokens 64 (moe) vs 150" in n.text and n.level == "warning" for n in notes)

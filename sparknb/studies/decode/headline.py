@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pandas as pd
+
 from ...run import PastRun
 from ...verdict import Row, Runs, caveats, median_row
 from .plan import Plan
@@ -26,22 +30,27 @@ def one_sided(runs: dict[str, PastRun]) -> dict[str, tuple[str, ...]]:
             for s, m in methods.items() if m}
 
 
+def speed_rows(frames: dict[str, pd.DataFrame], base: str, doubts: Callable[[str, int], tuple[str, ...]],
+               apart: str = "") -> dict[int, Row]:
+    """tok/s at every context length all runs measured: each subject's median, and its ratio to the base's with
+    a 95% interval. The comparison report and a notebook's compare_with both set decode runs side by side here."""
+    rows = {}
+    for n in sorted(set.intersection(*(set(f["prompt_length"]) for f in frames.values()))):
+        samples = {s: f[f["prompt_length"] == n]["decode_tok_s"].dropna().tolist() for s, f in frames.items()}
+        rows[int(n)] = median_row("decode", f"tok/s at {n:,} tokens", samples, base, not_comparable=apart,
+                                  caveats={s: doubts(s, n) for s in samples})
+    return rows
+
+
 def headline_rows(runs: Runs) -> list[Row]:
     mine = runs.of("decode")
-    if not mine:
-        return []
     frames = {s: clean(frame(r.records)) for s, r in mine.items()}
     frames = {s: f for s, f in frames.items() if len(f)}
     if not frames:
         return []
-    apart = Plan.same(mine)
     spec = one_sided(mine)
-    rows = []
-    for n in sorted(set.intersection(*(set(f["prompt_length"]) for f in frames.values()))):
-        samples = {s: f[f["prompt_length"] == n]["decode_tok_s"].dropna().tolist() for s, f in frames.items()}
-        doubts = {s: caveats(mine[s], n) + spec.get(s, ()) for s in samples}
-        rows.append(median_row("decode", f"tok/s at {n:,} tokens", samples, runs.base, caveats=doubts,
-                               not_comparable=apart))
+    rows = list(speed_rows(frames, runs.base, lambda s, n: caveats(mine[s], n) + spec.get(s, ()),
+                           Plan.same(mine)).values())
     shares = {}
     for s, run in mine.items():
         values = [r.get("% of limit") for r in (run.summary or {}).get("table") or [] if r.get("% of limit") is not None]
