@@ -1,8 +1,10 @@
 """What the sandbox costs a HumanEval problem at each isolation level this machine allows, against the same
 programs run by the bare interpreter with no isolation at all; and why the other levels cannot be had.
 
-Every canonical solution is run once per level, one program at a time (so each figure is a program's own),
-then the wall and CPU seconds per program are printed as median and 90th percentile.
+Every canonical solution is run once per level, one program at a time (so each figure is a program's own), then
+once more with its function watched (the `__eq__` watch HumanEval grades with), and the wall and CPU seconds per
+program are printed as median and 90th percentile. Wall time runs from launch to the moment nothing of the program
+runs and its files are gone; CPU time is its cgroup's (launcher, harness, program), where it has one.
 
     python bench/sandbox_cost.py            # all 164 problems
     python bench/sandbox_cost.py --limit 40
@@ -58,12 +60,20 @@ def main() -> None:
     print(row("bare", list(walls), list(cpus)))
     for level in (lv for lv, why in allowed.items() if why is None):
         box = sb.Sandbox.open(level)
-        results = [box.run(p) for p in programs]
-        failed = [r for r in results if not r.passed]
-        print(row(level, [r.wall_s for r in results], [r.cpu_s for r in results if r.cpu_s is not None])
-              + (f"   {len(failed)} FAILED: {failed[0].status} {failed[0].detail}" if failed else ""))
-    print("\nwall: from launch to reaped, this process's view; CPU: the sandbox's whole process tree (launcher, "
-          "harness, program), as the launcher reaped it.")
+        print(f"  {box.describe()}")
+        for name, watched in ((level, False), ("  watched", True)):
+            results = [box.run(p, watch=q.entry_point if watched else None) for p, q in zip(programs, problems)]
+            print(line(name, results))
+    print("\nwall: from launch to the moment nothing of the program runs (its cgroup empty) and its files are gone; "
+          "CPU: the sandbox's whole process tree (launcher, harness, program).")
+
+
+def line(name: str, results: list[sb.Result]) -> str:
+    failed = [r for r in results if not r.passed]
+    suspect = [r for r in results if r.suspect]
+    return (row(name, [r.wall_s for r in results], [r.cpu_s for r in results if r.cpu_s is not None])
+            + (f"   {len(failed)} FAILED: {failed[0].status} {failed[0].detail}" if failed else "")
+            + (f"   {len(suspect)} suspect: {suspect[0].suspect}" if suspect else ""))
 
 
 if __name__ == "__main__":

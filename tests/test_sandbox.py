@@ -10,6 +10,7 @@ the way the study grades them.
 import json
 import os
 import shutil
+import subprocess
 import socket
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from sparknb import metrics
 from sparknb import sandbox as sb
 from sparknb.client import Endpoint
 from sparknb.errors import SandboxError
+from sparknb.sandbox import fence
 from sparknb.studies import humaneval as h
 
 ISOLATED = ("bubblewrap", "namespaces")
@@ -67,16 +69,24 @@ def skip_where_own_files_show(box: sb.Sandbox) -> None:
         pytest.skip("namespaces runs programs as you when sparknb is not root: only bubblewrap hides your own files")
 
 
-def nobody_processes() -> set[int]:
-    """Pids of the host's processes running as the sandbox's user (read from /proc, nothing is signalled)."""
-    uid = sb.NOBODY if os.geteuid() == 0 else os.geteuid()
+def outside(name: str) -> Path:
+    """A path on the host that no level puts a tmpfs over (a root process may write in /run)."""
+    return (Path("/run") if os.geteuid() == 0 else Path.home()) / name
+
+
+def living(marker: str | None = None) -> set[int]:
+    """Pids of the host's processes, not zombies, with `marker` in their command line, or else running as a
+    sandbox's own uid where sparknb is root (read from /proc, nothing is signalled)."""
     found = set()
-    for status in Path("/proc").glob("[0-9]*/status"):
+    for proc in Path("/proc").glob("[0-9]*"):
         try:
-            if f"Uid:\t{uid}\t" in status.read_text():
-                found.add(int(status.parent.name))
+            status, cmdline = (proc / "status").read_text(), (proc / "cmdline").read_bytes()
         except OSError:
-            pass
+            continue
+        uid = int(status.split("Uid:\t")[1].split()[0])
+        mine = marker.encode() in cmdline if marker else uid in fence.UIDS
+        if mine and "State:\tZ" not in status:
+            found.add(int(proc.name))
     return found
 
 
@@ -174,7 +184,7 @@ def test_the_api_key_in_this_process_environment_is_out_of_reach(box, monkeypatc
 
 def test_a_file_outside_the_sandbox_cannot_be_read(box):
     skip_where_own_files_show(box)
-    secret = Path("/tmp") / f"sparknb-secret-{os.getpid()}-{box.level}"
+    secret = outside(f"sparknb-secret-{os.getpid()}-{box.level}")
     secret.write_text("the secret")
     secret.chmod(0o600)  # as a key file is: only its owner may read it
     try:
@@ -200,17 +210,17 @@ def test_bubblewrap_hides_even_world_readable_files():
 
 def test_nothing_outside_can_be_written(box, tmp_path):
     skip_where_own_files_show(box)
-    targets = [tmp_path / "escaped", Path(h.packaged_file()).parent / "escaped"]
-    if box.level == "bubblewrap":  # the host's /tmp is writable by anyone: only bubblewrap gives a /tmp of its own
-        targets.append(Path("/tmp") / f"sparknb-escaped-{os.getpid()}")
+    targets = [Path(h.packaged_file()).parent / "escaped", tmp_path / "escaped"]
+    for place in ("/tmp", "/var/tmp", "/dev/shm"):  # writable by anyone on the host: each level has its own
+        targets.append(Path(place) / f"sparknb-escaped-{os.getpid()}")
     write = ("import json\nwhat = []\nfor t in " + json.dumps([str(t) for t in targets]) + ":\n    try:\n"
              "        open(t, 'w').write('out')\n        what.append('wrote')\n    except OSError as e:\n"
              "        what.append(type(e).__name__)\nprint(json.dumps(what))\nraise RuntimeError('tried to write outside')")
     g = graded(box, attack(write))
     assert not g.passed and g.reason == sb.ERROR and "RuntimeError: tried to write outside" in g.detail, g
     inside = json.loads(g.output.splitlines()[0])
-    assert inside[:2] == (["FileNotFoundError"] * 2 if box.level == "bubblewrap" else ["PermissionError"] * 2)
-    assert not any(t.exists() for t in targets)  # what it wrote to its own /tmp went with it
+    assert inside[:2] == ["FileNotFoundError" if box.level == "bubblewrap" else "PermissionError", "FileNotFoundError"]
+    assert inside[2:] == ["wrote"] * 3 and not any(t.exists() for t in targets)  # its own /tmp, /var/tmp, /dev/shm
     assert graded(box, RIGHT).passed
 
 
@@ -237,11 +247,10 @@ def test_the_running_vllm_server_cannot_be_reached(box, tiny_dense):
 
 
 def test_a_fork_bomb_is_stopped_at_the_process_limit_and_leaves_nothing_behind(box):
-    before = nobody_processes()
+    before = living()
     g = graded(box, attack("import os\nwhile True:\n    os.fork()"))
     assert not g.passed and g.reason == sb.ERROR and "BlockingIOError" in g.detail, g
-    time.sleep(0.5)
-    assert nobody_processes() <= before  # its pid namespace went with it
+    assert living() <= before  # its cgroup went with it, at once
     assert graded(box, RIGHT).passed
 
 
@@ -269,3 +278,103 @@ def test_printing_a_gigabyte_is_cut_at_the_output_cap():
         assert not g.passed and g.reason == sb.OUTPUT and "256 KB" in g.detail
         assert len(g.output) <= 4000 and time.perf_counter() - t0 < 10
 
+
+
+# -- nothing of a program outlives its grading, at any level -------------------------------------------
+
+PLACES = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+
+
+def escape(marker: str) -> str:
+    """Double fork and setsid (out of the process group and away from its parent), a file in every place anyone
+    may write, then `sleep` under a command line carrying the marker; the program itself sleeps past its clock."""
+    return (f"import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+            f"        for d in {PLACES!r} + (os.getcwd(),):\n            try:\n"
+            f"                open(d + '/{marker}', 'w').write('out')\n            except OSError:\n                pass\n"
+            f"        os.execv('/bin/sleep', ['sleep', '{marker}'])\n    os._exit(0)\ntime.sleep(10**9)")
+
+
+@pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "no-cgroup"])
+@pytest.mark.parametrize("level", sb.LEVELS)
+def test_a_double_fork_and_setsid_leave_nothing_alive_and_no_file_once_graded(level, cgroup):
+    if not cgroup and level == "rlimits" and os.geteuid() != 0:
+        pytest.skip("without a cgroup, only a uid of its own (sparknb as root) reaches a process in a new session")
+    box = opened(level, wall_s=1.0, cpu_s=2)
+    if cgroup and not box.cgroups:
+        pytest.skip("no cgroup (v2) can be made here")
+    box = box if cgroup else sb.Sandbox.open(level, limits=box.limits, cgroup=False)
+    marker = f"{1000 + os.getpid()}.{int(time.time() * 1000) % 10**6:06d}"  # a valid argument of sleep
+    g = graded(box, attack(escape(marker)))
+    assert g.reason == sb.TIMEOUT, g
+    assert living(marker) == set()  # not a moment later: when grade() returns
+    assert [p for p in PLACES if (Path(p) / marker).exists()] == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a uid of its own is given only where sparknb runs as root")
+def test_kill_minus_one_at_rlimits_reaches_no_process_but_the_programs_own():
+    victim = subprocess.Popen(["sleep", "30"], user=sb.NOBODY, group=sb.NOBODY, extra_groups=[])
+    try:
+        g = graded(opened("rlimits"), attack("import os, signal\nos.kill(-1, signal.SIGKILL)"))
+        time.sleep(0.2)
+        assert g.reason == sb.ASSERTION and victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+@pytest.mark.parametrize("level", ISOLATED)
+def test_dev_shm_and_every_writable_place_are_capped_and_dev_is_read_only(level):
+    box = opened(level, file_mb=4)
+    fill = ("import errno, json, os\nout = {}\nfor d in ('/dev/shm', '/tmp', '/var/tmp', 'home'):\n"
+            "    try:\n        for i in range(4):\n            with open(f'{d}/f{i}'.replace('home', '.'), 'wb') as f:\n"
+            "                f.write(b'x' * (2 * 2**20))\n        out[d] = 'filled 8 MB'\n"
+            "    except OSError as e:\n        out[d] = errno.errorcode[e.errno]\n"
+            "try:\n    open('/dev/x', 'w')\n    out['/dev'] = 'wrote'\nexcept OSError as e:\n"
+            "    out['/dev'] = errno.errorcode[e.errno]\nprint(json.dumps(out))")
+    result = box.run(fill)
+    assert result.passed, result
+    out = json.loads(result.output)
+    assert out.pop("/dev") in ("EROFS", "EACCES"), out
+    assert out == dict.fromkeys(("/dev/shm", "/tmp", "/var/tmp", "home"), "ENOSPC")  # 4 MB each, not half the RAM
+
+
+@pytest.mark.parametrize("level", ISOLATED)
+def test_the_hosts_proc_is_hidden_where_the_level_has_its_own_pids(level):
+    marker = f"{2000 + os.getpid()}.5"
+    host = subprocess.Popen(["sleep", marker])
+    try:
+        look = ("import os\nfound = []\nfor p in os.listdir('/proc'):\n    if p.isdigit():\n        try:\n"
+                "            found.append(open(f'/proc/{p}/cmdline', 'rb').read())\n        except OSError:\n"
+                "            pass\nprint(len(found), any(b'" + marker + "' in c for c in found), found[0][:16])")
+        result = opened(level).run(look)
+    finally:
+        host.kill()
+        host.wait()
+    assert result.passed, result
+    count, seen, _ = result.output.split(" ", 2)
+    assert int(count) <= 3 and seen == "False", result.output  # the harness and its init, not the host's
+
+
+# -- an answer that passes through an object equal to anything ----------------------------------------
+
+ALWAYS_EQUAL = "    class Anything:\n        def __eq__(self, other):\n            return True\n"
+
+
+@pytest.mark.parametrize("answer, why", [
+    (ALWAYS_EQUAL + "    return Anything()\n", "Anything whose own __eq__"),
+    (ALWAYS_EQUAL.replace("Anything:", "Anything(int):") + "    return Anything(0)\n", "Anything whose own __eq__"),
+    ("    return 1 if any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:]) else 0\n",
+     "returned int, a type the reference solution never returns (bool)"),
+    ("    import sys\n    sys.setprofile(None)\n" + RIGHT, "switched off the watch"),
+])
+def test_a_pass_through_an_object_equal_to_anything_or_an_unexpected_type_is_suspect(box, answer, why):
+    program = h.program(PROBLEM, PROBLEM.prompt + answer)
+    result = box.run(program, watch=PROBLEM.entry_point, expect=frozenset({"bool"}))
+    assert result.passed and result.suspect and why in result.suspect, result
+
+
+def test_the_reference_solution_passes_watched_and_is_not_suspect(box):
+    result = box.run(h.program(PROBLEM, PROBLEM.prompt + RIGHT), watch=PROBLEM.entry_point, expect=frozenset({"bool"}))
+    assert result.passed and result.suspect is None and result.returned == ("bool",), result
+    unwatched = box.run(h.program(PROBLEM, PROBLEM.prompt + ALWAYS_EQUAL + "    return Anything()\n"))
+    assert unwatched.passed and unwatched.suspect is None  # what the watch alone sees

@@ -1,0 +1,243 @@
+"""A sandbox at one isolation level: opened (probed) before any program runs, then one program at a time, each
+inside its fence, each graded only once nothing of it runs and every file it wrote is gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import SandboxError
+from . import bubblewrap, fence, namespaces, rlimits
+from .result import ERROR, Launch, Limits, Result
+from .watch import Watch
+
+LEVELS = ("bubblewrap", "namespaces", "rlimits")  # strongest first
+MODULES = {"bubblewrap": bubblewrap, "namespaces": namespaces, "rlimits": rlimits}
+WHAT = {level: module.WHAT for level, module in MODULES.items()}
+NOBODY = 65534
+PYTHON = "/usr/bin/python3"  # readable by any user, unlike a virtualenv under /root
+HARNESS = (Path(__file__).parent / "harness.py").read_text()  # the trusted program that runs the model's
+GATE = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "sh"]  # holds the launcher until it is in its cgroup
+
+# The probe opening a sandbox runs: it must pass, and must not reach the port given.
+PROBE = '''
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
+except OSError:
+    pass
+else:
+    print("REACHED the host")
+'''
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    path: str
+    version: str
+    prefixes: tuple[str, ...]  # the folders it reads its standard library from
+
+
+def _interpreter(python: str, user: int | None) -> Interpreter:
+    """The interpreter as the sandbox's user sees it: it must exist and be readable by that user."""
+    if not Path(python).is_absolute() or not Path(python).is_file():
+        raise SandboxError(f"No interpreter at {python!r}: give the absolute path of a Python 3 that an "
+                           f"unprivileged user can read, such as {PYTHON}.")
+    query = "import json, sys; print(json.dumps([sys.version.split()[0], sys.base_prefix, sys.prefix]))"
+    try:
+        done = subprocess.run([python, "-I", "-c", query], capture_output=True, text=True, env={}, cwd="/",
+                              timeout=60, **_as(user))
+        version, *prefixes = json.loads(done.stdout)
+    except (OSError, ValueError, subprocess.TimeoutExpired) as e:
+        who = f"uid {user} (nobody)" if user == NOBODY else "this user"
+        raise SandboxError(f"The interpreter {python} cannot be run by {who} ({type(e).__name__}: "
+                           f"{getattr(e, 'stderr', '') or e}). A virtualenv under /root is not readable by nobody: "
+                           f"use {PYTHON}.") from None
+    real = str(Path(python).resolve().parent.parent)
+    return Interpreter(python, version, tuple(dict.fromkeys([real, *prefixes])))
+
+
+def _as(user: int | None) -> dict:
+    return {} if user is None else {"user": user, "group": user, "extra_groups": []}
+
+
+class Sandbox:
+    """Programs run at one isolation level; `open` checks that the level can be had before any runs."""
+
+    def __init__(self, level: str, interpreter: Interpreter, limits: Limits, launcher: str, cgroups: Path | None):
+        self.level, self.interpreter, self.limits, self.launcher = level, interpreter, limits, launcher
+        self.cgroups, self.root = cgroups, os.geteuid() == 0
+        self.places = fence.writable_places(fence.PLACES) if self.root else ()
+
+    @classmethod
+    def open(cls, level: str = "bubblewrap", python: str = PYTHON, limits: Limits = Limits(),
+             cgroup: bool = True) -> Sandbox:
+        """A sandbox at exactly `level`, probed; refused (SandboxError, naming why and the fix) if the
+        machine cannot give it. A weaker level is had only by asking for it. `cgroup=False` fences each
+        program as on a machine where no cgroup can be made."""
+        if level not in LEVELS:
+            raise SandboxError(f"isolation {level!r} is not one of {', '.join(LEVELS)} (strongest first).")
+        launcher = MODULES[level].LAUNCHER
+        found = shutil.which(launcher) if launcher else ""
+        if launcher and not found:
+            raise SandboxError(f"isolation {level!r} needs {launcher}, which is not installed. Install it "
+                               f"(apt-get install {MODULES[level].INSTALL}), or ask for a weaker level: {_weaker(level)}.")
+        user = NOBODY if os.geteuid() == 0 else None
+        box = cls(level, _interpreter(python, user), limits, found or "", fence.cgroup_root() if cgroup else None)
+        box._probe()
+        return box
+
+    def describe(self) -> str:
+        who = "a uid of its own that owns nothing else" if self.root else f"uid {os.geteuid()}"
+        fenced = "its own cgroup, killed whole" if self.cgroups else "no cgroup of its own (none can be made here)"
+        return f"{self.level}: {WHAT[self.level]}; each program runs as {who}, in {fenced}, under " \
+               f"{self.interpreter.path} (Python {self.interpreter.version})"
+
+    def as_dict(self) -> dict:
+        return {"level": self.level, "what": WHAT[self.level], "launcher": self.launcher,
+                "uid": None if self.root else os.geteuid(), "own_uid": self.root, "cgroup": self.cgroups is not None,
+                "python": self.interpreter.path, "python_version": self.interpreter.version,
+                "limits": self.limits.as_dict()}
+
+    def _probe(self) -> None:
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            listener.setblocking(False)
+            result = self.run(PROBE.format(port=listener.getsockname()[1]))
+            try:
+                reached = listener.accept()[0]
+            except BlockingIOError:
+                reached = None
+        if reached is not None:
+            reached.close()
+        if self.level != "rlimits" and (reached is not None or "REACHED" in result.output):
+            raise SandboxError(f"isolation {self.level!r} let the probe reach a socket on 127.0.0.1 outside it; "
+                               "this machine does not isolate the network as expected, so nothing is run.")
+        if not result.passed:
+            raise SandboxError(f"isolation {self.level!r} cannot be had here: the probe ended with {result.status} "
+                               f"({result.detail}; it printed {result.output[-500:]!r}). Where unprivileged user "
+                               "namespaces are off (kernel.unprivileged_userns_clone=0, or Ubuntu's "
+                               "kernel.apparmor_restrict_unprivileged_userns=1), allow them, or ask for a weaker "
+                               f"level: {_weaker(self.level)}.")
+
+    # -- one program ----------------------------------------------------------------------------------
+
+    def run(self, program: str, watch: str | None = None, expect: frozenset[str] | None = None) -> Result:
+        """Run one program to its end, its timeout, or its output cap, and return once nothing of it runs and
+        its files are gone; it never raises for what the program does. `watch` names a function whose returns
+        are checked (Result.suspect): for a class of the program's own with its own __eq__, and for a type not
+        in `expect` (the types a reference solution returns)."""
+        t0 = time.perf_counter()
+        uid = fence.fresh_uid() if self.root else None
+        try:
+            with self._folder(uid) as folder:
+                launch = MODULES[self.level].launch(self.launcher, self.interpreter.prefixes, uid, folder,
+                                                    self.limits.file_mb * 1024 * 1024)
+                return self._run(launch, folder, program, watch, expect, t0)
+        finally:
+            fence.release(uid)
+
+    def _run(self, launch: Launch, folder: str, program: str, watch: str | None, expect, t0: float) -> Result:
+        setup = launch.setup | ({"watch": watch} if watch else {})
+        harness = [self.interpreter.path, "-I", "-B", "-u", "-c", HARNESS, "", "", json.dumps(self.limits.rlimits()),
+                   json.dumps(setup)]
+        env = {"HOME": launch.home, "TMPDIR": launch.home, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+        cgroup = fence.Cgroup(self.cgroups) if self.cgroups else None
+        report_r, report_w = os.pipe()
+        nonce_r, nonce_w = os.pipe()
+        harness[6:8] = [str(report_w), str(nonce_r)]
+        try:
+            proc = subprocess.Popen((GATE if cgroup else []) + launch.argv + harness, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(report_w, nonce_r),
+                                    env=env, cwd=folder, start_new_session=True, **_as(launch.user))
+        except OSError as e:
+            for fd in (report_r, report_w, nonce_r, nonce_w):
+                os.close(fd)
+            if cgroup:
+                cgroup.remove()
+            return Result(ERROR, f"the sandbox did not start ({type(e).__name__}: {e})", "", time.perf_counter() - t0, None)
+        os.close(report_w)
+        os.close(nonce_r)
+        if cgroup:
+            cgroup.enter(proc.pid)
+        watcher = Watch(proc, report_r, nonce_w, (b"\n" if cgroup else b"") + program.encode(), self.limits)
+        try:
+            watcher.follow(t0 + self.limits.wall_s)
+        finally:
+            cpu = self._end(proc, cgroup, launch.user if launch.user is not None else launch.setup.get("uid"))
+            watcher.close()
+        if launch.sweep:
+            fence.sweep(launch.user, self.places)
+        return watcher.result(time.perf_counter() - t0, cpu, watch is not None, expect)
+
+    def _end(self, proc: subprocess.Popen, cgroup: fence.Cgroup | None, uid: int | None) -> float | None:
+        """Kill everything of the program and reap the launcher; return its CPU time once nothing of it runs."""
+        if cgroup:
+            try:
+                cgroup.kill()
+                _reap(proc)
+                cgroup.wait_empty()
+                return cgroup.cpu_s()
+            finally:
+                cgroup.remove()
+        inits = fence.children(proc.pid)  # a pid namespace's init: gone only once everything in it is
+        for fd in inits:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        cpu = _reap(proc)
+        fence.wait_gone(inits)
+        if uid is not None:
+            fence.kill_uid(uid, self.interpreter.path)
+        return cpu
+
+    @contextmanager
+    def _folder(self, uid: int | None) -> Iterator[str]:
+        """An empty working folder the program's user owns (at the levels with a tmpfs of their own, unused)."""
+        folder = tempfile.mkdtemp(prefix="sparknb-sandbox-")
+        try:
+            if uid is not None:
+                os.chown(folder, uid, uid)
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _reap(proc: subprocess.Popen) -> float | None:
+    """Wait for the launcher (killed or ended) and return its process tree's CPU time, as it reaped it."""
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except ChildProcessError:
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _weaker(level: str) -> str:
+    lower = LEVELS[LEVELS.index(level) + 1:]
+    return (" or ".join(f"isolation={w!r} ({WHAT[w]})" for w in lower)) if lower else "there is none"
+
+
+def allowed(python: str = PYTHON) -> dict[str, str | None]:
+    """Which levels this machine gives: None for a level that opened and passed its probe, else why not."""
+    out = {}
+    for level in LEVELS:
+        try:
+            Sandbox.open(level, python)
+            out[level] = None
+        except SandboxError as e:
+            out[level] = str(e)
+    return out
