@@ -171,8 +171,8 @@ class PairedSequence:
     def reason(self) -> str:
         """Why it stopped, in words."""
         m, (low, high) = 100 * self.design.margin, self.interval()
-        return {"better": f"the sequence lies above 0 ({100 * low:+.1f} points at its lowest): B is better",
-                "worse": f"the sequence lies below 0 ({100 * high:+.1f} points at its highest): B is worse",
+        return {"better": f"the sequence lies above 0, from {100 * low:+.1f} points: B is better",
+                "worse": f"the sequence lies below 0, up to {100 * high:+.1f} points: B is worse",
                 "equivalent": f"the sequence lies within the +/-{m:.0f}-point margin: equivalent",
                 "cannot tell": f"the budget of {self.design.budget:,} questions ran out before the sequence "
                                "decided",

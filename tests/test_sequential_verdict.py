@@ -6,9 +6,10 @@ import random
 
 import pytest
 
-from sparknb.run import Run
+from sparknb.run import Run, verify
 from sparknb.studies import compare
 from sparknb.verdict import decide
+from support import outputs_text, run_notebook
 from test_compare import fingerprint, headline_of
 
 QUESTIONS = 400
@@ -56,6 +57,10 @@ def test_a_sequential_row_decides_by_its_sequence_and_says_what_it_saved(tmp_pat
     assert saved["questions"] == s["fixed_sample"] - s["questions"] and saved["minutes"] == round(
         saved["questions"] * 3.0 / 60, 1)
     assert f"stopped after {s['questions']:,} of 400 questions" in r.note and "saved" in compare.story(h)
+    (fig,) = compare.sequence_plots(h)  # the sequence narrowing, the margin band and where it stopped
+    ax = fig.axes[0]
+    assert [list(line.get_xdata()) for line in ax.lines if "stopped at" in line.get_label()] == [[s["questions"]] * 2]
+    assert any("margin" in p.get_label() for p in ax.patches)
 
 
 def test_at_the_budget_it_cannot_tell_and_says_what_budget_would(tmp_path):
@@ -86,3 +91,15 @@ def test_an_interrupted_run_resumes_to_the_state_of_one_never_interrupted(tmp_pa
     assert decide(r, "b", "a").outcome == "caveated" and r.sequences["b"]["outcome"] == "running"
     s = paired_row(tmp_path, a, whole)[1].sequences["b-whole"]
     assert s["path"][:40] == r.sequences["b"]["path"] and s["outcome"] == "better"
+
+
+def test_the_comparison_report_says_and_draws_where_the_sequence_stopped(tmp_path):
+    outputs = tmp_path / "outputs"
+    a = mmlu_run(outputs, "a", lambda q: q % 2 == 0)
+    b = mmlu_run(outputs, "b", lambda q: q % 2 == 0 or q % 3 == 0, sequential={"margin": 0.03, "budget": QUESTIONS})
+    nb, folder = run_notebook("compare", tmp_path, {"runs": [a.id, b.id]})
+    text = outputs_text(nb)
+    assert "**MMLU-Pro: b is ahead**" in text and "stopped after" in text and "a fixed-sample design" in text
+    drawn = [c for c in nb.cells if "sequence_plots" in "".join(c.source)]
+    assert len(drawn) == 1 and any("image/png" in o.get("data", {}) for o in drawn[0].outputs)
+    assert verify(folder) == []

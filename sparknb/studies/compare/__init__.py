@@ -9,7 +9,7 @@ from .fingerprints import Warned, fingerprint_table, fingerprint_view, run_warni
 from .headline import Headline, headline
 from .plan import Plan
 from ..registry import Contract
-from .plots import plot
+from .plots import plot, sequence_plots
 from .record import finish, open_run
 from .story import story
 
@@ -17,4 +17,4 @@ from .story import story
 STUDY = Contract("compare", Plan, title="The comparison", order=90)
 
 __all__ = ["STUDY", "Headline", "Plan", "browser", "finish", "fingerprint_table", "fingerprint_view", "headline", "in_jupyter",
-           "open_run", "plot", "run_warnings", "show", "story", "warnings", "Warned"]
+           "open_run", "plot", "run_warnings", "sequence_plots", "show", "story", "warnings", "Warned"]
