@@ -1,9 +1,11 @@
-# `make demo` and `make test` are all a newcomer needs: both create or refresh .venv first.
+# `make demo` and `make test` are all a newcomer needs: both check what they need from the machine first (in
+# seconds: .ci/prerequisites installs it where it can, or stops naming the one command to run), then create or
+# refresh .venv.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test lab clean-venv
+.PHONY: venv demo test lab clean-venv prerequisites-demo prerequisites-test
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,10 +18,15 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-demo: venv
+prerequisites-demo prerequisites-test:
+	@PYTHON=$(PYTHON) .ci/prerequisites $(@:prerequisites-%=%)
+
+demo: prerequisites-demo
+	@$(MAKE) --no-print-directory venv
 	$(PY) -m sparknb demo
 
-test: venv
+test: prerequisites-test
+	@$(MAKE) --no-print-directory venv
 	$(PY) -m pytest
 
 # JupyterLab refuses to start as root (as in many GPU containers) unless told it may.
