@@ -19,6 +19,10 @@ stream at a time. So the capital is written here in numpy, for many sequences at
 10,000 together), and tests/test_sequential.py checks its interval against ville's BettingCS where it is
 installed (the dev extra).
 
+Like the fixed-sample interval it replaces, it treats the questions as random draws from the pool they stand for;
+taking them in a seeded random order (`order`), never category by category, is what makes each next answer such a
+draw as the answers arrive.
+
 The state is a function of the answers in order: records in, the same state out, so an interrupted run resumes by
 replaying what it kept.
 """
@@ -32,6 +36,9 @@ from typing import Literal
 
 import numpy as np
 from scipy.stats import norm
+
+from .run import PastRun
+from .stats import Interval
 
 Outcome = Literal["better", "worse", "equivalent", "cannot tell", "running"]
 BET_CAP = 0.5  # c: a bet never stakes more than half the capital, so one answer cannot ruin it
@@ -224,7 +231,9 @@ def fixed_sample_size(probs: Sequence[float], difference: float, alpha: float = 
 
 
 def order(question_ids: Iterable[str], seed: int) -> list[str]:
-    """A seeded order of the questions, fixed when A runs and recorded with it: B is asked in this order."""
+    """A seeded, uniformly random order of A's questions (by its draw's seed, recorded with A's run): B is asked in
+    it, and the sequence takes the pairs in it. Never a draw's own order (category by category): the sequence
+    needs each next question to be a random one of those left, as the fixed-sample interval needs a random sample."""
     ids = sorted(dict.fromkeys(map(str, question_ids)))
     return [ids[i] for i in np.random.default_rng(seed).permutation(len(ids))]
 
@@ -240,6 +249,24 @@ def design_of(settings: Mapping, questions: int) -> Design | None:
     given = plan if isinstance(plan, Mapping) else settings
     return Design(float(given.get("margin") or Design.margin), int(given.get("budget") or questions),
                   float(given.get("alpha") or Design.alpha))
+
+
+def from_runs(a: PastRun, b: PastRun, a_right: Mapping, b_right: Mapping) -> tuple[Interval, int, str, dict]:
+    """B's sealed run, planned sequential, against A's: the sequence replayed from both runs' graded records (never
+    a figure B's run wrote about itself) in A's order, as a verdict row carries it: the interval, the questions
+    used, what budget would tell where it could not, and the summary."""
+    ids = order(a_right.keys(), int(a.settings.get("seed") or 0))
+    design = design_of(b.settings, len(ids))
+    held = summary(PairedSequence.replay(in_order(ids, a_right, b_right), design), pace(b))
+    i = held["interval"]
+    told_by = needed_text(held) if held["outcome"] == "cannot tell" else ""
+    return Interval(i["estimate"], i["low"], i["high"], i["level"], i["method"]), held["questions"], told_by, held
+
+
+def pace(run: PastRun) -> float | None:
+    """Seconds of the run's batch per question: what a question not asked saves (None where unknown)."""
+    batch = (run.summary or {}).get("batch") or {}
+    return batch["wall_s"] / batch["asked"] if batch.get("wall_s") and batch.get("asked") else None
 
 
 def in_order(order: Sequence[str], a: Mapping[str, bool], b: Mapping[str, bool]) -> list[tuple[bool, bool]]:

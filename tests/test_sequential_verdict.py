@@ -2,11 +2,11 @@
 order and stopped when its confidence sequence decided (B better, B worse, equivalent within the margin, or
 cannot tell at the budget), and a run interrupted halfway that resumes to the same state."""
 
-import random
-
+import numpy as np
 import pytest
 
 from sparknb.run import Run, verify
+from sparknb.sequential import order
 from sparknb.studies import compare
 from sparknb.verdict import decide
 from support import outputs_text, run_notebook
@@ -16,13 +16,12 @@ QUESTIONS = 400
 
 
 def mmlu_run(tmp_path, model: str, right, order_seed=0, sequential=None, asked=QUESTIONS, failed=False) -> Run:
-    """An mmlu_pro run as the notebook seals it, its questions asked in a seeded order (records' `order`)."""
+    """An mmlu_pro run as the notebook seals it, its questions asked in a seeded order, the first `asked` of it."""
     settings = {"stop": [], "dataset_name": "MMLU-Pro"} | ({"sequential": sequential} if sequential else {})
     run = Run.create("mmlu_pro", {"notebook": "mmlu_pro", "model": {"name": model}, "settings": settings},
                      outputs=tmp_path, label=model)
     run.write_json("fingerprint.json", fingerprint())
-    ids = list(range(QUESTIONS))
-    random.Random(order_seed).shuffle(ids)
+    ids = [int(q) for q in order([str(q) for q in range(QUESTIONS)], order_seed)]  # seed 0: A's order
     for position, q in enumerate(ids[:asked]):
         said = "A" if right(q) else "B"
         run.record({"question_id": str(q), "category": "math", "answer": "A", "finish_reason": "stop", "order": position,
@@ -72,14 +71,16 @@ def test_at_the_budget_it_cannot_tell_and_says_what_budget_would(tmp_path):
     assert "would most likely tell" in compare.story(h)
 
 
-def test_b_is_paired_in_as_order_not_its_own(tmp_path):
-    # B's records come in another order; the sequence follows A's, so the same answers give the same state.
-    a = mmlu_run(tmp_path, "a", lambda q: q % 2 == 0, order_seed=1)
-    b1 = mmlu_run(tmp_path, "b1", lambda q: q % 2 == 0 or q % 3 == 0, order_seed=1, sequential=True)
+def test_the_pairs_follow_the_seeded_order_of_as_questions_not_any_runs_record_order(tmp_path):
+    a = mmlu_run(tmp_path, "a", lambda q: q % 2 == 0, order_seed=0)
+    b1 = mmlu_run(tmp_path, "b1", lambda q: q % 2 == 0 or q % 3 == 0, order_seed=0, sequential=True)
     b2 = mmlu_run(tmp_path, "b2", lambda q: q % 2 == 0 or q % 3 == 0, order_seed=2, sequential=True)
     s1 = paired_row(tmp_path, a, b1)[1].sequences["b1"]
     s2 = paired_row(tmp_path, a, b2)[1].sequences["b2"]
-    assert s1["path"] == s2["path"][: len(s1["path"])] and s1["outcome"] == "better"
+    assert s1["path"] == s2["path"] and s1["outcome"] == "better"
+    ids = order([str(q) for q in range(QUESTIONS)], 0)  # A's draw seed (none given: 0)
+    d = [int(int(q) % 2 == 0 or int(q) % 3 == 0) - int(int(q) % 2 == 0) for q in ids[:s1["questions"]]]
+    assert [round(p[3] * p[0]) for p in s1["path"]] == list(np.cumsum(d))
 
 
 def test_an_interrupted_run_resumes_to_the_state_of_one_never_interrupted(tmp_path):

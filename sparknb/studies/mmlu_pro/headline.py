@@ -42,7 +42,8 @@ def headline_rows(runs: Runs) -> list[Row]:
         if s == base:
             continue
         if sequential.design_of(mine[s].settings, len(graded[base])):
-            differences[s], n[s], needed[s], sequences[s] = sequential_pair(mine[base], mine[s], graded[base], g)
+            differences[s], n[s], needed[s], sequences[s] = sequential.from_runs(
+                mine[base], mine[s], graded[base]["correct"], g["correct"])
             notes.append(f"{s}: {sequential.told(sequences[s])}")
             continue
         common = [q for q in graded[base].index if q in g.index]
@@ -63,31 +64,6 @@ def headline_rows(runs: Runs) -> list[Row]:
                         kind="difference", caveats=doubts, needed=needed, note="; ".join(notes),
                         not_comparable=Plan.same({s: mine[s] for s in graded}), sequences=sequences))
     return rows + batch_rows(runs, study)
-
-
-def sequential_pair(a: PastRun, b: PastRun, graded_a, graded_b) -> tuple[stats.Interval, int, str, dict]:
-    """B's run asked A's questions in A's recorded order and stopped when its confidence sequence decided: the
-    sequence replayed from both runs' records (never a figure B's run wrote about itself)."""
-    order = sorted(graded_a.index, key=lambda q: _position(a, q))
-    design = sequential.design_of(b.settings, len(order))
-    pairs = sequential.in_order(order, graded_a["correct"].astype(bool), graded_b["correct"].astype(bool))
-    held = sequential.summary(sequential.PairedSequence.replay(pairs, design), _pace(b))
-    i = held["interval"]
-    interval = stats.Interval(i["estimate"], i["low"], i["high"], i["level"], i["method"])
-    return interval, held["questions"], sequential.needed_text(held) if held["outcome"] == "cannot tell" else "", held
-
-
-def _position(run: PastRun, question: str) -> float:
-    """Where a question stood in the run's seeded order (its records' `order`); file order where none is kept."""
-    found = {str(r.get("question_id")): r.get("order") for r in run.records if "question_id" in r}
-    at = found.get(str(question))
-    return float(at) if isinstance(at, (int, float)) else math.inf
-
-
-def _pace(run: PastRun) -> float | None:
-    """Seconds of the run's batch per question: what a question not asked saves (None where unknown)."""
-    batch = (run.summary or {}).get("batch") or {}
-    return batch["wall_s"] / batch["asked"] if batch.get("wall_s") and batch.get("asked") else None
 
 
 def batch_rows(runs: Runs, study: str) -> list[Row]:
