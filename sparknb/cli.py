@@ -69,6 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("name", choices=["tiny-dense", "tiny-moe"])
     p_serve.add_argument("--engine", choices=["vllm", "llama.cpp"], default="vllm",
                          help="vLLM's CPU build (default), or llama.cpp's llama-server (built once if none is found)")
+    p_model = sub.add_parser("model", help="describe a served model: params/models/NAME.yaml from its server")
+    p_model.add_argument("action", choices=["add"])
+    p_model.add_argument("name", help="the new params file's name (params/models/NAME.yaml)")
+    p_model.add_argument("--endpoint", required=True, help="the server's OpenAI API, e.g. http://127.0.0.1:8000/v1")
+    p_model.add_argument("--checkpoint", default=None, help="the GGUF file or checkpoint folder it serves, where the "
+                         "server's own path cannot be read on this box")
+    p_model.add_argument("--served-name", default=None, help="which model, where the server serves several")
+    p_model.add_argument("--hardware", default=None, help="params/hardware/ name (default: the one naming this GPU)")
+    p_model.add_argument("--api-key-env", default=None, help="the environment variable that holds the API key")
     p_run = sub.add_parser("run", help="execute a notebook into a new sealed run folder")
     p_run.add_argument("notebook", help="a study (decode, prefill, ...: sparknb.studies) or a path to a notebook")
     p_run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
@@ -107,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
             model = load_model(args.name if args.engine == "vllm" else f"{args.name}-llamacpp")
             testbed.serve_forever(args.name, urlsplit(model.endpoint).port, api_key=model.api_key(),
                                   engine=args.engine)
+        elif args.command == "model":
+            from .model_add import add
+
+            written = add(args.name, args.endpoint, checkpoint_path=args.checkpoint, served_name=args.served_name,
+                          hardware=args.hardware, api_key_env=args.api_key_env)
+            print(f"wrote {written}\n{written.read_text().split('name:')[0]}try: sparknb run decode -p model {args.name}")
         elif args.command == "run":
             folder = run_notebook(args.notebook, parse_parameters(args.parameter, args.parameters_file), args.outputs)
             print(f"sealed run: {folder}\nreport: {folder / 'report.html'}")

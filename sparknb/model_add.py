@@ -1,0 +1,112 @@
+"""`sparknb model add NAME --endpoint URL`: a model's params written from what its server says and the byte
+census of the checkpoint it serves, so that nobody types a parameter count.
+
+From the server: the served name (the only one, or --served-name), its engine, whether it speculates, the file
+or folder it serves (its own path, or a hub id found in the local Hugging Face cache). From the checkpoint: the
+census (what a token reads, the KV cache per token), kept in the file so a box that cannot read the checkpoint
+still draws the limit. A hand-written `weights:` added later wins, and every limit says so. Nothing is
+overwritten; a checkpoint that cannot be read is an error naming --checkpoint.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from . import census, checkpoint, fingerprint, hub_cache, metrics
+from .client import Endpoint
+from .errors import ParamsError
+from .params import load_hardware, load_model, project_root
+
+
+def add(name: str, endpoint: str, *, checkpoint_path: str | None = None, served_name: str | None = None,
+        hardware: str | None = None, api_key_env: str | None = None, folder: Path | None = None) -> Path:
+    """Write params/models/NAME.yaml (or NAME.yaml in `folder`); returns its path."""
+    target = (folder or project_root() / "params" / "models") / f"{name}.yaml"
+    if target.exists():
+        raise ParamsError(f"{target} exists and is never overwritten: choose another NAME, or delete it first")
+    key = os.environ.get(api_key_env) if api_key_env else None
+    served = served_name or _only_model(endpoint, key)
+    ep = Endpoint(endpoint, served, api_key=key)
+    try:
+        info, cache = ep.info(), ep.engine.kv_cache_dtype(ep.metrics_text())
+        drafts = ep.metrics().has(metrics.DRAFTS)
+    finally:
+        ep.close()
+    path = _checkpoint(checkpoint_path, info.root)
+    counted = census.count(checkpoint.read(path), *(cache or (None, "")))
+    params = _params(name, endpoint, served, info, counted, path, hardware or _hardware(), api_key_env, drafts)
+    return _write(target, params, counted)
+
+
+def _only_model(endpoint: str, key: str | None) -> str:
+    import openai
+
+    ids = [m.id for m in openai.OpenAI(base_url=endpoint, api_key=key or "none", timeout=30).models.list().data]
+    if len(ids) != 1:
+        raise ParamsError(f"{endpoint} serves {', '.join(ids) or 'nothing'}: say which with --served-name")
+    return ids[0]
+
+
+def _checkpoint(given: str | None, root: str | None) -> Path:
+    """The checkpoint as given, else the server's own path or hub id where this box can read it."""
+    for candidate in (given,) if given else (root, _from_hub(root)):
+        if candidate and Path(candidate).expanduser().exists():
+            return Path(candidate).expanduser().resolve()
+    what = f"--checkpoint {given}" if given else f"the server's path {root!r}" if root else "the server (it names none)"
+    raise ParamsError(f"cannot read the checkpoint from {what} on this box: pass --checkpoint PATH, the GGUF file or "
+                      "the folder of config.json and *.safetensors the server serves")
+
+
+def _from_hub(repo_id: str | None) -> str | None:
+    """A hub id's snapshot in the local cache (no download), where it is there."""
+    if not repo_id or repo_id.count("/") != 1 or Path(repo_id).exists():
+        return None
+    repo = hub_cache.default_cache() / f"models--{repo_id.replace('/', '--')}"
+    ref = repo / "refs" / "main"
+    return str(repo / "snapshots" / ref.read_text().strip()) if ref.is_file() else None
+
+
+def _hardware() -> str:
+    """The hardware params whose accelerator names this box's first GPU; cpu-host where there is none."""
+    gpu = fingerprint.nvml()
+    names = [d.get("name", "") for d in gpu.get("devices") or []] if gpu.get("available") else []
+    if not names:
+        return "cpu-host"
+    for file in sorted((project_root() / "params" / "hardware").glob("*.yaml")):
+        if load_hardware(file.stem).accelerator.lower() in names[0].lower():
+            return file.stem
+    raise ParamsError(f"no params/hardware/ file names this box's {names[0]}: write one (copy h200.yaml) and pass "
+                      "--hardware NAME")
+
+
+def _params(name, endpoint, served, info, counted, path, hardware, api_key_env, drafts) -> dict:
+    speculative = info.facts.get("speculative")
+    return {"name": name, "served_model_name": served, "endpoint": endpoint,
+            **({"api_key_env": api_key_env} if api_key_env else {}), "hardware": hardware,
+            "architecture": "moe" if counted.experts["of"] else "dense", "engine": info.engine,
+            **({"speculative": "draft" if speculative else "yes (the server counts drafts)"}
+               if speculative or drafts else {}),
+            **({"tokenizer": str(path)} if "/tokenize" in info.not_available and path.is_dir() else {}),
+            "checkpoint": str(path), "census": counted.as_dict(),
+            "notes": (f"written by sparknb model add on {datetime.date.today()} from {info.url} ({info.engine} "
+                      f"{info.version}, context {info.max_model_len}, dtype {info.facts.get('dtype', 'not stated')}, "
+                      f"quantization {info.facts.get('quantization', 'not stated')})")}
+
+
+def _write(target: Path, params: dict, counted: census.Census) -> Path:
+    head = "".join(f"# {line}\n" for line in ["Written by `sparknb model add`: what one token reads is the census below,",
+                                              "counted from the checkpoint. A hand-written `weights:` block wins over",
+                                              "it (and every limit says so).", *counted.lines()])
+    text = head + yaml.safe_dump(params, sort_keys=False, width=120)
+    with tempfile.TemporaryDirectory() as tmp:  # checked as a params file before it lands among them
+        (Path(tmp) / target.name).write_text(text)
+        load_model(str(Path(tmp) / target.name))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("x") as f:  # never over a file made meanwhile
+        f.write(text)
+    return target

@@ -1,0 +1,64 @@
+"""`sparknb model add` as a newcomer uses it: against the test bed's real servers (llama-server and vLLM's CPU
+build), the file it writes carries the census of the checkpoint the server names, and runs a decode study with
+no edit, whose table sets each length against the limit with the KV part named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from support import run_notebook
+
+from sparknb import census, checkpoint, cli
+from sparknb.errors import ParamsError
+from sparknb.params import load_model
+from sparknb.run import verify
+from sparknb.serving import gguf_models, tiny_models
+
+KEY_ENV = "SPARKNB_API_KEY"  # the test bed's dense servers are behind a key
+
+
+def _add_and_decode(tmp_path, monkeypatch, url: str, source, engine: str):
+    """The command a newcomer types, into a project of its own (SPARKNB_HOME), then decode with that file."""
+    monkeypatch.setenv("SPARKNB_HOME", str(tmp_path / "home"))
+    argv = ["model", "add", "newcomer", "--endpoint", url, "--api-key-env", KEY_ENV, "--hardware", "cpu-host"]
+    assert cli.main(argv) == 0
+    written = tmp_path / "home" / "params" / "models" / "newcomer.yaml"
+    before = written.read_text()
+    assert cli.main(argv) == 2 and written.read_text() == before  # never overwritten
+    monkeypatch.delenv("SPARKNB_HOME")
+    params = yaml.safe_load(before)
+    model = load_model(str(written))
+    assert model.weights is None and model.engine == engine and model.architecture == "dense"
+    assert model.census["bytes_per_token"] == census.count(checkpoint.read(source)).bytes_per_token
+    assert params["checkpoint"] == str(source.resolve()) and "read per token" in before
+    _, folder = run_notebook("decode", tmp_path, {"model": str(written), "prompt_lengths": [64, 512],
+                                                  "output_tokens": 16, "repetitions": 2, "warmup": 1})
+    assert verify(folder) == []
+    sealed = json.loads((folder / "census.json").read_text())["census"]
+    assert sealed["bytes_per_token"] == model.census["bytes_per_token"] and sealed["kv_bytes_per_token"] == 2048
+    table = json.loads((folder / "summary.json").read_text())["table"]
+    for row in table:  # the KV part at the mean context: the prompt and half the answer
+        assert row["KV MB/step"] == pytest.approx(2048 * (row["prompt tokens"] + 8) / 1e6)
+    return model
+
+
+def test_model_add_against_llama_server_reads_the_gguf_it_serves(tiny_dense_llama, tmp_path, monkeypatch):
+    model = _add_and_decode(tmp_path, monkeypatch, tiny_dense_llama.url, gguf_models.gguf_file("tiny-dense"),
+                            "llama.cpp")
+    assert model.census["kv"]["cache_dtype"] == "f16"
+
+
+def test_model_add_against_vllm_reads_the_folder_it_serves(tiny_dense, tmp_path, monkeypatch):
+    model = _add_and_decode(tmp_path, monkeypatch, tiny_dense.url, tiny_models.checkpoint("tiny-dense"), "vllm")
+    assert model.census["kv"]["cache_dtype"] == "bfloat16" and "cache_config_info" in model.census["kv"]["source"]
+
+
+def test_a_checkpoint_this_box_cannot_read_is_an_error_naming_what_to_pass(tiny_dense_llama, tmp_path):
+    from sparknb.model_add import add
+
+    with pytest.raises(ParamsError, match="pass --checkpoint PATH"):
+        add("elsewhere", tiny_dense_llama.url, api_key_env=KEY_ENV, folder=tmp_path,
+            checkpoint_path=str(tmp_path / "not-here.gguf"), hardware="cpu-host")
+    assert not (tmp_path / "elsewhere.yaml").exists()
