@@ -5,8 +5,10 @@ integrated 583 W), so energy is the difference of nvmlDeviceGetTotalEnergyConsum
 the driver loaded) around a whole window: a sweep, a batch, a load level. The counter moves about every
 100 ms, so a window of a few hundred milliseconds or less is coarse, and said to be. Where the counter
 cannot be read (no GPU; a GB10 may not give it) every figure is unknown, never zero, with the reason. The
-window's joules are divided by every token it handled: "per generated token" and "per prompt token" each
-charge the whole window to one kind of token, as a reader comparing two models on the same work wants.
+window's joules are divided by the work it was for: generated tokens where tokens were generated for their
+own sake (decode, load, mtp, the question batches), prompt tokens for prefill (its one-token answers made a
+prefill window read "83 J per generated token" on an H200), and starts for swap (it generates nothing worth
+counting: "0 generated tokens per joule" was printed there).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from .report import Finding, info, warning
 
 COARSE_S = 1.0  # a window shorter than this rests on a handful of counter steps
+COUNTS = {"prefill": "prompt", "swap": "start"}  # what a study's window is for; every other study's: generated
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,8 @@ class Window:
     generated_tokens: int
     prompt_tokens: int
     reason: str | None = None  # why joules are unknown, where they are
+    counts: str = "generated"  # what the window was for: generated tokens, prompt tokens, or starts
+    starts: int = 0
 
     @property
     def watts(self) -> float | None:
@@ -73,49 +78,62 @@ class Window:
 
     @property
     def j_per_generated_token(self) -> float | None:
-        return self.per(self.generated_tokens)
+        return self.per(self.generated_tokens) if self.counts == "generated" else None
 
     @property
     def j_per_prompt_token(self) -> float | None:
-        return self.per(self.prompt_tokens)
+        return self.per(self.prompt_tokens) if self.counts != "start" else None
+
+    @property
+    def j_per_start(self) -> float | None:
+        return self.per(self.starts) if self.counts == "start" else None
 
     @property
     def generated_tokens_per_j(self) -> float | None:
-        return self.generated_tokens / self.joules if self.joules else None
+        return self.generated_tokens / self.joules if self.joules and self.counts == "generated" else None
 
     def as_dict(self) -> dict:
         return asdict(self) | {"watts": self.watts, "j_per_generated_token": self.j_per_generated_token,
-                               "j_per_prompt_token": self.j_per_prompt_token,
+                               "j_per_prompt_token": self.j_per_prompt_token, "j_per_start": self.j_per_start,
                                "generated_tokens_per_j": self.generated_tokens_per_j}
+
+    def _work(self) -> str:
+        if self.counts == "start":
+            return f"{_j(self.j_per_start)} per start ({self.starts:,})"
+        if self.counts == "prompt":
+            return f"{_j(self.j_per_prompt_token)} per prompt token ({self.prompt_tokens:,})"
+        return (f"{_j(self.j_per_generated_token)} per generated token ({self.generated_tokens:,}), "
+                f"{_j(self.j_per_prompt_token)} per prompt token ({self.prompt_tokens:,}); "
+                f"{_n(self.generated_tokens_per_j)} generated tokens per joule. Each figure charges the whole "
+                "window's energy to one kind of token")
 
     def finding(self) -> Finding:
         if self.joules is None:
             return info(f"Energy over the {self.name}: unknown ({self.reason}); not zero, not measured.")
         text = (f"Energy over the {self.name} ({self.seconds:.1f} s): {self.joules:,.1f} J, {self.watts:,.0f} W on "
-                f"average; {_j(self.j_per_generated_token)} per generated token ({self.generated_tokens:,}), "
-                f"{_j(self.j_per_prompt_token)} per prompt token ({self.prompt_tokens:,}); "
-                f"{_n(self.generated_tokens_per_j)} generated tokens per joule. Each figure charges the whole "
-                "window's energy to one kind of token.")
+                f"average; {self._work()}.")
         if self.seconds < COARSE_S:
             return warning(text + f" The window is under {COARSE_S:g} s and NVML's counter moves about every 100 ms:"
                            " the figure is coarse.", ("energy",))
         return info(text)
 
 
-def window(name: str, before: Reading, after: Reading, records: list[dict]) -> Window:
-    """The window between two readings, with the tokens of the records taken in it (failed requests left out)."""
+def window(name: str, before: Reading, after: Reading, records: list[dict], counts: str = "generated") -> Window:
+    """The window between two readings, with the work of the records taken in it (failed requests left out):
+    tokens, and the starts (records with a start-up read from the server's log)."""
     done = [r for r in records if "error" not in r]
-    generated = sum(int(r.get("completion_tokens") or 0) for r in done)
-    prompt = sum(int(r.get("prompt_tokens") or 0) for r in done)
+    work = dict(generated_tokens=sum(int(r.get("completion_tokens") or 0) for r in done),
+                prompt_tokens=sum(int(r.get("prompt_tokens") or 0) for r in done), counts=counts,
+                starts=sum(1 for r in done if r.get("startup")))
     seconds = max(0.0, after.at - before.at)
     if before.millijoules is None or after.millijoules is None:
-        return Window(name, seconds, None, generated, prompt, before.reason or after.reason)
+        return Window(name, seconds, None, reason=before.reason or after.reason, **work)
     if len(before.millijoules) != len(after.millijoules):
-        return Window(name, seconds, None, generated, prompt, "the GPUs NVML lists changed during the window")
+        return Window(name, seconds, None, reason="the GPUs NVML lists changed during the window", **work)
     mj = sum(a - b for a, b in zip(after.millijoules, before.millijoules))
     if mj < 0:
-        return Window(name, seconds, None, generated, prompt, "the counter went down (the driver reloaded)")
-    return Window(name, seconds, mj / 1000.0, generated, prompt)
+        return Window(name, seconds, None, reason="the counter went down (the driver reloaded)", **work)
+    return Window(name, seconds, mj / 1000.0, **work)
 
 
 def _j(value: float | None) -> str:
@@ -146,7 +164,7 @@ def headline_rows(runs: Any) -> list:
         names = [n for n in dict.fromkeys(n for ws in windows.values() for n in ws) if all(n in ws for ws in windows.values())]
         for name in names:
             values = {s: ws[name].get("j_per_generated_token") for s, ws in windows.items()}
-            if len(values) < 2:
+            if len(values) < 2 or all(v is None for v in values.values()):  # prefill's and swap's windows
                 continue
             unknown = {s: ws[name].get("reason") for s, ws in windows.items() if ws[name].get("joules") is None}
             note = ("unknown for " + "; ".join(f"{s} ({why})" for s, why in unknown.items())) if unknown else \

@@ -100,7 +100,8 @@ class Study:
             raise
         records = self.records()[taken:]
         if records:
-            self.windows.append(energy.window(f"{self.notebook} requests", before, energy.read(), records))
+            self.windows.append(energy.window(f"{self.notebook} requests", before, energy.read(), records,
+                                              energy.COUNTS.get(self.notebook, "generated")))
 
     def fail(self, error: BaseException | str) -> None:
         """Mark the run as failed halfway, let go of the lock and seal it; every record stays."""

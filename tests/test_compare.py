@@ -27,7 +27,7 @@ def fingerprint(host="box-a", cpu="Grace", driver="580.159.03", server="0.32.0",
 
 
 def decode_run(tmp_path, model: str, speed: float, fp: dict, spread=0.02, seed=0, lengths=(111, 5378), reps=5,
-               findings=(), speculative=None, client_burst_at=None) -> Run:
+               findings=(), speculative=None, client_burst_at=None, table=None) -> Run:
     """A decode run as the decode notebook seals it; `client_burst_at`: a length whose answers the client saw
     at ten times the server's speed (a burst), the server's own time being the true one."""
     rng = random.Random(seed)
@@ -47,7 +47,7 @@ def decode_run(tmp_path, model: str, speed: float, fp: dict, spread=0.02, seed=0
                         "decode_tokens_per_s": 149 / client, "interference": None,
                         "server": {"decode_s": 149 / tps, "ttft_s": 0.09, "spec_decode": {"tokens_per_step": None},
                                    "unchecked": []}})
-    run.write_json("summary.json", {"table": [{"prompt tokens": n, "% of limit": 90.0} for n in lengths],
+    run.write_json("summary.json", {"table": table or [{"prompt tokens": n, "% of limit": 90.0} for n in lengths],
                                     "findings": list(findings)})
     run.seal()
     return run

@@ -21,6 +21,21 @@ def test_a_window_charges_the_counters_difference_to_the_tokens_it_handled():
     assert short.finding().level == "warning" and "coarse" in short.finding().text
 
 
+def test_prefill_is_charged_per_prompt_token_and_swap_per_start():
+    """Prefill's one-token answers made an H200 window read "83 J per generated token", swap's none "0 generated
+    tokens per joule": each window is charged to the work it was for."""
+    before, after = energy.Reading(0.0, (0,)), energy.Reading(10.0, (800_000,))
+    prefill = energy.window("prefill requests", before, after, RECORDS, energy.COUNTS["prefill"])
+    assert prefill.j_per_prompt_token == pytest.approx(0.2) and prefill.j_per_generated_token is None
+    assert "per prompt token (4,000)" in prefill.finding().text and "generated" not in prefill.finding().text
+    starts = [{"kind": "request", "startup": {"ready_s": 9.0}}, {"kind": "evict"}, {"kind": "request", "startup": {}},
+              {"kind": "request", "startup": {"ready_s": 8.0}}]
+    swap = energy.window("swap requests", before, after, starts, energy.COUNTS["swap"])
+    assert swap.starts == 2 and swap.j_per_start == pytest.approx(400.0)  # the empty start-up read counts no start
+    assert swap.generated_tokens_per_j is None and "400 J per start (2)" in swap.finding().text
+    assert "generated" not in swap.finding().text
+
+
 def test_a_counter_that_cannot_be_read_is_unknown_never_zero():
     gone = energy.Reading(0.0, None, "the GPU gives no energy counter (NVMLError_NotSupported)")
     w = energy.window("decode requests", gone, energy.Reading(5.0, None, "same"), RECORDS)

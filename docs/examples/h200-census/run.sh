@@ -72,7 +72,7 @@ serve() {  # $1: log name; the rest: extra flags. llama-server as the params' li
     echo "llama-server not ready in 120 s"; return 1
 }
 decode() {  # $1: the model's params; $2: seconds it may take
-    timeout "$2" "$PY" -m sparknb.cli run decode -p model "$1" -p prompt_lengths "[111, 512, 4096, 10714]" \
+    timeout "$2" "$PY" -m sparknb.cli run decode -p model "$1" -p prompt_lengths "${LENGTHS:-[111, 512, 4096, 10714]}" \
         -p output_tokens 128 -p repetitions 6 -p warmup 1
 }
 

@@ -9,6 +9,7 @@ import pandas as pd
 from ...run import PastRun
 from ...verdict import Row, Runs, caveats, median_row
 from .plan import Plan
+from .prediction import rows as predicted_rows
 from .tables import clean, frame
 
 
@@ -58,4 +59,4 @@ def headline_rows(runs: Runs) -> list[Row]:
     if any(v is not None for v in shares.values()):
         rows.append(Row("decode", "% of the bandwidth limit (mean over lengths)", shares, role="context",
                         better="none", note="the limit: bytes read per token over the hardware's bandwidth"))
-    return rows
+    return rows + predicted_rows(runs)
