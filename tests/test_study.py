@@ -145,3 +145,48 @@ def test_a_notebooks_comparison_and_the_report_draw_the_same_rows_and_cannot_dis
     table, notes = decode.compare(decode.frame(this.records), study, [past], this.settings | {"output_tokens": 64})
     assert set(table["standing"]) == {"not comparable"}
     assert any("output_tokens 64 (moe) vs 150" in n.text and n.level == "warning" for n in notes)
+
+
+def prefill_run(tmp_path, name: str, ttft, seed: int) -> tuple[PastRun, object]:
+    """A sealed prefill run of synthetic requests, with its fit in its summary as the notebook seals it."""
+    from test_compare import fingerprint
+    from test_prefill_fit import synthetic
+
+    from sparknb.run import Run
+    from sparknb.studies import prefill
+
+    run = Run.create("prefill", {"notebook": "prefill", "model": {"name": name}, "settings": {
+        "allow_cache_hits": False, "output_tokens": 1}}, outputs=tmp_path, label=name)
+    run.write_json("fingerprint.json", fingerprint())
+    records = synthetic(ttft, seed=seed)
+    for r in records:
+        run.record(r)
+    fit = prefill.fit(prefill.frame(records))
+    run.write_json("summary.json", {"fit": fit.as_dict(), "findings": []})
+    run.seal()
+    (past,) = read_past(str(run.path), "prefill")
+    return past, fit
+
+
+def test_prefill_notebooks_verdict_at_each_length_is_the_reports(tmp_path):
+    from types import SimpleNamespace
+
+    from test_compare import fingerprint
+
+    from sparknb.studies import prefill
+    from sparknb.verdict import Runs, decide
+
+    this, fit = prefill_run(tmp_path, "moe", lambda n: 0.05 + 1e-4 * n, seed=5)
+    other, _ = prefill_run(tmp_path, "dense", lambda n: 0.05 + 2e-4 * n, seed=6)
+    study = SimpleNamespace(model=SimpleNamespace(name="moe"), run=SimpleNamespace(id=this.id), fingerprint=fingerprint())
+    cmp = prefill.compare(prefill.frame(this.records), study, [other], False, fit, this.settings)
+    rows = prefill.headline_rows(Runs({"prefill": {"moe": this, "dense": other}}, ["moe", "dense"]))
+    said = {}
+    for row in rows:
+        d = decide(row, "dense", "moe")
+        said[int(row.figure.split()[3].replace(",", ""))] = f"{d.winner} ahead" if d.winner else d.outcome
+    assert cmp.table["dense / moe verdict"].to_dict() == said
+    assert said[111] == "trap" and said[5378] == "moe ahead"  # the overhead's trap, then the tokens decide
+    apart = prefill.compare(prefill.frame(this.records), study, [other], False, fit,
+                            this.settings | {"allow_cache_hits": True})
+    assert set(apart.table["dense / moe verdict"]) <= {"trap", "not comparable"}

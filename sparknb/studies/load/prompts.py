@@ -12,14 +12,10 @@ from __future__ import annotations
 import random
 import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ... import params, stream
 from ...client import Endpoint
 from ...prompts import PromptMaker
-
-if TYPE_CHECKING:
-    from .plan import Plan
 
 OPENING = 8  # random tokens at the start of an exact-length prompt: 4096 ** 8 ways, no two alike
 OPENING_HEX_BYTES = 4  # a text's random opening word: 8 hex digits and ": ", 2 ** 32 ways
@@ -59,8 +55,9 @@ class Prompts:
                                   temperature=self.temperature, ignore_eos=True)
 
 
-def make_prompts(plan: Plan, endpoint: Endpoint) -> Prompts:
-    """The plan's prompts, measured by the server's tokenizer: the one reading of prompt files and questions."""
+def make_prompts(plan, endpoint: Endpoint) -> Prompts:
+    """The prompts of a load plan (its prompts, prompt_tokens, output_tokens, temperature and seed), measured by the
+    server's tokenizer: the one reading of prompt files and questions. (The plan calls this: no import back.)"""
     common = {"max_tokens": plan.output_tokens, "temperature": plan.temperature, "seed": plan.seed}
     if not plan.prompts:
         tokens = PromptMaker(endpoint.tokenize, plan.seed).make(plan.prompt_tokens)

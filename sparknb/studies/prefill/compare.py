@@ -16,7 +16,10 @@ from ...errors import DataError
 from ...report import Finding, as_records, markdown, warning
 from ...run import PastRun
 from ...study import Study
-from .fit import LEVEL
+from ...verdict import caveats, decide
+from .fit import LEVEL, Fit
+from .headline import crossover, crossover_of, ttft_rows
+from .plan import Plan
 from .tables import clean, frame, summarize
 
 
@@ -72,8 +75,11 @@ class Comparison:
         return markdown(self.warnings)
 
 
-def compare(df: pd.DataFrame, study: Study, others: Sequence[PastRun], allow_cache_hits: bool) -> Comparison | None:
-    """This run beside earlier ones (None where there are none), every figure of theirs from their sealed records."""
+def compare(df: pd.DataFrame, study: Study, others: Sequence[PastRun], allow_cache_hits: bool, fit: Fit | None = None,
+            settings: dict | None = None) -> Comparison | None:
+    """This run beside earlier ones (None where there are none), every figure of theirs from their sealed records,
+    and at each length what the comparison report decides on the same row (this run's `fit` and `settings` as the
+    report would read them once it is sealed)."""
     if not others:
         return None
     names = [study.model.name, *(o.label for o in others)]
@@ -99,5 +105,20 @@ def compare(df: pd.DataFrame, study: Study, others: Sequence[PastRun], allow_cac
         except (KeyError, TypeError, AttributeError):
             rows = pd.Series({"fingerprint": "incomplete; see its fingerprint.json"})
         prints[label] = pd.concat([pd.Series({"run": run_id}), rows])
-    return Comparison(base, tuple(labels[1:]), tuple(ids[1:]), ratio_table(frames, base),
-                      pd.concat(prints, axis=1), tuple(warnings))
+    table = verdicts(ratio_table(frames, base), frames, base, dict(zip(labels[1:], others)), fit, settings)
+    return Comparison(base, tuple(labels[1:]), tuple(ids[1:]), table, pd.concat(prints, axis=1), tuple(warnings))
+
+
+def verdicts(table: pd.DataFrame, frames: dict[str, pd.DataFrame], base: str, others: dict[str, PastRun],
+             fit: Fit | None, settings: dict | None) -> pd.DataFrame:
+    """Each other run's verdict at each length, decided as the comparison report decides the same row
+    (headline.ttft_rows): a trap below the length where the tokens outweigh the overhead, caveated by the other
+    run's own doubts, not comparable where a setting that changes a TTFT differs."""
+    points = {base: crossover_of(fit.as_dict() if fit else None)} | {s: crossover(o) for s, o in others.items()}
+    apart = Plan.same({base: settings} | others) if settings is not None else ""
+    rows = ttft_rows({s: clean(f) for s, f in frames.items()}, points, base,
+                     lambda s, n: caveats(others[s], n) if s in others else (), apart)
+    for label in others:
+        said = [decide(rows[n], label, base) if n in rows else None for n in table.index]
+        table[f"{label} / {base} verdict"] = [d and (f"{d.winner} ahead" if d.winner else d.outcome) for d in said]
+    return table

@@ -8,6 +8,10 @@ shorter ones are shown as the trap a single short-prompt test falls into, never 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pandas as pd
+
 from ...run import PastRun
 from ...verdict import Row, Runs, caveats, median_row
 from .plan import Plan
@@ -17,7 +21,11 @@ from .tables import clean, frame
 def crossover(run: PastRun) -> float | None | str:
     """The length from which the tokens outweigh the overhead, by the run's own fit: a number of tokens, 0
     where the overhead is not above zero, "never" where the tokens never outweigh it, None where no fit."""
-    fit = (run.summary or {}).get("fit")
+    return crossover_of((run.summary or {}).get("fit"))
+
+
+def crossover_of(fit: dict | None) -> float | None | str:
+    """crossover() of a fit as the summary keeps it (Fit.as_dict)."""
     if not fit:
         return None
     x = fit.get("crossover_tokens")
@@ -33,19 +41,26 @@ def headline_rows(runs: Runs) -> list[Row]:
     frames = {s: f for s, f in frames.items() if len(f)}
     if not frames:
         return []
-    lengths = sorted(set.intersection(*(set(f["prompt_length"]) for f in frames.values())))
     points = {s: crossover(mine[s]) for s in frames}
+    return list(ttft_rows(frames, points, runs.base, lambda s, n: caveats(mine[s], n), Plan.same(mine)).values())
+
+
+def ttft_rows(frames: dict[str, pd.DataFrame], points: dict[str, float | None | str], base: str,
+              doubts: Callable[[str, int], tuple[str, ...]], apart: str = "") -> dict[int, Row]:
+    """TTFT at every length all runs measured, a verdict only from the length where every run's fit (`points`,
+    crossover()) says the prompt's tokens outweigh the fixed overhead. The comparison report and a notebook's
+    compare_with both judge prefill runs by these rows."""
+    lengths = sorted(set.intersection(*(set(f["prompt_length"]) for f in frames.values())))
     known = [p for p in points.values() if isinstance(p, float)]
     never = [s for s, p in points.items() if p == "never"]
     from_ = max(known) if known else None
-    apart = Plan.same(mine)
-    rows = []
+    rows = {}
     for i, n in enumerate(lengths):
         samples = {s: (1000 * f[f["prompt_length"] == n]["ttft_s"].dropna()).tolist() for s, f in frames.items()}
-        doubts = {s: caveats(mine[s], n) for s in samples}
+        doubts_at = {s: doubts(s, n) for s in samples}
         for s, p in points.items():
             if p is None:
-                doubts[s] += ("no fit, so where the prompt's tokens outweigh the fixed overhead is unknown",)
+                doubts_at[s] += ("no fit, so where the prompt's tokens outweigh the fixed overhead is unknown",)
         trap = (len(lengths) > 1 and i == 0) or bool(never) or (from_ is not None and n < from_)
         note = ""
         if trap:
@@ -53,6 +68,7 @@ def headline_rows(runs: Runs) -> list[Row]:
                     if never else f"below the {from_:,.0f} tokens from which the prompt's tokens outweigh the fixed "
                     "overhead (the runs' fits)" if from_ and n < from_ else "the shortest prompt")
             note += ": this length measures mostly the fixed cost of a request; a single short-prompt test's verdict"
-        rows.append(median_row("prefill", f"TTFT ms at {n:,} tokens", samples, runs.base, better="lower",
-                               role="trap" if trap else "verdict", caveats=doubts, note=note, not_comparable=apart))
+        rows[int(n)] = median_row("prefill", f"TTFT ms at {n:,} tokens", samples, base, better="lower",
+                                  role="trap" if trap else "verdict", caveats=doubts_at, note=note,
+                                  not_comparable=apart)
     return rows
