@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import socket
 import time
 from pathlib import Path
@@ -75,7 +76,7 @@ def outside(name: str) -> Path:
 
 
 def living(marker: str | None = None) -> set[int]:
-    """Pids of the host's processes, not zombies, with `marker` in their command line, or else running as a
+    """Pids of the host's processes, not zombies, running `sleep marker`, or else running as a
     sandbox's own uid where sparknb is root (read from /proc, nothing is signalled)."""
     found = set()
     for proc in Path("/proc").glob("[0-9]*"):
@@ -84,7 +85,7 @@ def living(marker: str | None = None) -> set[int]:
         except OSError:
             continue
         uid = int(status.split("Uid:\t")[1].split()[0])
-        mine = marker.encode() in cmdline if marker else uid in fence.UIDS
+        mine = cmdline == f"sleep\0{marker}\0".encode() if marker else uid in fence.UIDS
         if mine and "State:\tZ" not in status:
             found.add(int(proc.name))
     return found
@@ -378,3 +379,21 @@ def test_the_reference_solution_passes_watched_and_is_not_suspect(box):
     assert result.passed and result.suspect is None and result.returned == ("bool",), result
     unwatched = box.run(h.program(PROBLEM, PROBLEM.prompt + ALWAYS_EQUAL + "    return Anything()\n"))
     assert unwatched.passed and unwatched.suspect is None  # what the watch alone sees
+
+
+def test_a_program_whose_grader_died_is_ended_by_the_next_sandbox_opened():
+    box = opened("rlimits", wall_s=30.0)
+    if not box.cgroups:
+        pytest.skip("no cgroup (v2) can be made here")
+    marker = f"{3000 + os.getpid()}.25"
+    grader = subprocess.Popen([sys.executable, "-c", "import sys\nfrom sparknb import sandbox as sb\n"
+                               "sb.Sandbox.open('rlimits').run(sys.argv[1])", f"import os\nos.execv('/bin/sleep', "
+                               f"['sleep', '{marker}'])"], env=os.environ | {"PYTHONPATH": str(Path(sb.__file__).parents[2])})
+    deadline = time.monotonic() + 30
+    while not living(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    grader.kill()
+    grader.wait()
+    assert living(marker)  # the program sleeps on, its grader gone
+    sb.Sandbox.open("rlimits")
+    assert living(marker) == set()

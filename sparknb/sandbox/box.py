@@ -77,7 +77,7 @@ class Sandbox:
     def __init__(self, level: str, interpreter: Interpreter, limits: Limits, launcher: str, cgroups: Path | None):
         self.level, self.interpreter, self.limits, self.launcher = level, interpreter, limits, launcher
         self.cgroups, self.root = cgroups, os.geteuid() == 0
-        self.places = fence.writable_places(fence.PLACES) if self.root else ()
+        self.places: tuple[str, ...] | None = None  # the folders a program could leave files in, found once
 
     @classmethod
     def open(cls, level: str = "bubblewrap", python: str = PYTHON, limits: Limits = Limits(),
@@ -93,7 +93,10 @@ class Sandbox:
             raise SandboxError(f"isolation {level!r} needs {launcher}, which is not installed. Install it "
                                f"(apt-get install {MODULES[level].INSTALL}), or ask for a weaker level: {_weaker(level)}.")
         user = NOBODY if os.geteuid() == 0 else None
-        box = cls(level, _interpreter(python, user), limits, found or "", fence.cgroup_root() if cgroup else None)
+        cgroups = fence.cgroup_root() if cgroup else None
+        if cgroups:
+            fence.clear_stale(cgroups)
+        box = cls(level, _interpreter(python, user), limits, found or "", cgroups)
         box._probe()
         return box
 
@@ -149,37 +152,53 @@ class Sandbox:
             fence.release(uid)
 
     def _run(self, launch: Launch, folder: str, program: str, watch: str | None, expect, t0: float) -> Result:
-        setup = launch.setup | ({"watch": watch} if watch else {})
-        harness = [self.interpreter.path, "-I", "-B", "-u", "-c", HARNESS, "", "", json.dumps(self.limits.rlimits()),
-                   json.dumps(setup)]
-        env = {"HOME": launch.home, "TMPDIR": launch.home, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         cgroup = fence.Cgroup(self.cgroups) if self.cgroups else None
-        report_r, report_w = os.pipe()
-        nonce_r, nonce_w = os.pipe()
-        harness[6:8] = [str(report_w), str(nonce_r)]
         try:
-            proc = subprocess.Popen((GATE if cgroup else []) + launch.argv + harness, stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(report_w, nonce_r),
-                                    env=env, cwd=folder, start_new_session=True, **_as(launch.user))
+            proc, report, nonce = self._start(launch, folder, watch, cgroup)
         except OSError as e:
-            for fd in (report_r, report_w, nonce_r, nonce_w):
-                os.close(fd)
             if cgroup:
                 cgroup.remove()
             return Result(ERROR, f"the sandbox did not start ({type(e).__name__}: {e})", "", time.perf_counter() - t0, None)
-        os.close(report_w)
-        os.close(nonce_r)
-        if cgroup:
-            cgroup.enter(proc.pid)
-        watcher = Watch(proc, report_r, nonce_w, (b"\n" if cgroup else b"") + program.encode(), self.limits)
+        watcher = Watch(proc, report, nonce, (b"\n" if cgroup else b"") + program.encode(), self.limits)
         try:
             watcher.follow(t0 + self.limits.wall_s)
         finally:
             cpu = self._end(proc, cgroup, launch.user if launch.user is not None else launch.setup.get("uid"))
             watcher.close()
         if launch.sweep:
+            self.places = self.places or fence.writable_places(launch.sweep)
             fence.sweep(launch.user, self.places)
         return watcher.result(time.perf_counter() - t0, cpu, watch is not None, expect)
+
+    def _start(self, launch: Launch, folder: str, watch: str | None, cgroup: fence.Cgroup | None):
+        """The launcher started (held at the gate until it is in its cgroup) with the harness's two pipes."""
+        report_r, report_w = os.pipe()
+        nonce_r, nonce_w = os.pipe()
+        setup = launch.setup | ({"watch": watch} if watch else {})
+        harness = [self.interpreter.path, "-I", "-B", "-u", "-c", HARNESS, str(report_w), str(nonce_r),
+                   json.dumps(self.limits.rlimits()), json.dumps(setup)]
+        env = {"HOME": launch.home, "TMPDIR": launch.home, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+        try:
+            proc = subprocess.Popen((GATE if cgroup else []) + launch.argv + harness, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(report_w, nonce_r),
+                                    env=env, cwd=folder, start_new_session=True, **_as(launch.user))
+        except OSError:
+            for fd in (report_r, nonce_w):
+                os.close(fd)
+            raise
+        finally:
+            os.close(report_w)
+            os.close(nonce_r)
+        if cgroup:
+            try:
+                cgroup.enter(proc.pid)
+            except OSError:
+                proc.kill()  # still at the gate: it has run nothing
+                proc.communicate()
+                for fd in (report_r, nonce_w):
+                    os.close(fd)
+                raise
+        return proc, report_r, nonce_w
 
     def _end(self, proc: subprocess.Popen, cgroup: fence.Cgroup | None, uid: int | None) -> float | None:
         """Kill everything of the program and reap the launcher; return its CPU time once nothing of it runs."""

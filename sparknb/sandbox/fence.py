@@ -49,6 +49,21 @@ def cgroup_root() -> Path | None:
     return None
 
 
+def clear_stale(root: Path) -> None:
+    """Kill and remove the cgroups a sparknb process left when it died mid-run (a sleeping program that lost its
+    grader would otherwise sleep on: it uses no CPU time)."""
+    for folder in root.glob("sparknb-sandbox-*-*"):
+        if not Path(f"/proc/{folder.name.split('-')[2]}").exists():
+            stale = Cgroup.__new__(Cgroup)
+            stale.path = folder
+            try:
+                stale.kill()
+                stale.wait_empty()
+            except (OSError, SandboxError):
+                continue
+            stale.remove()
+
+
 class Cgroup:
     """One program's cgroup: made empty, the launcher moved in before it runs anything, killed whole."""
 
