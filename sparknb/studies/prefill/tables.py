@@ -53,9 +53,10 @@ def measured_lengths(records: Sequence[dict]) -> tuple[int, ...]:
     return tuple(sorted(int(n) for n in df["prompt_length"].unique()))
 
 
-def summarize(df: pd.DataFrame, stopped: dict[int, str] | None = None) -> pd.DataFrame:
+def summarize(df: pd.DataFrame, stopped: dict[int, str] | None = None, limit=None) -> pd.DataFrame:
     """Per prompt length: the median TTFT with its 95% interval and spread, prefill throughput, and the
-    server's own times beside them; `stopped`: why each length has the requests it has (repetitions auto)."""
+    server's own times beside them; `stopped`: why each length has the requests it has (repetitions auto);
+    `limit` (the study's bandwidth limit): the prompt's KV cache and the least time memory allows (floor)."""
     out = []
     for length, g in clean(df).groupby("prompt_length"):
         ttft = g["ttft_s"]
@@ -83,9 +84,20 @@ def summarize(df: pd.DataFrame, stopped: dict[int, str] | None = None) -> pd.Dat
             "server queue ms": server_ms("server_queue_s"),
             "outside the server ms": 1000 * float((g["ttft_s"] - server_first).median()) if both else None,
             "cache hit %": _hit_percent(g),
+            **(floor(limit, int(length), median) if limit is not None else {}),
             **({"stopped": stopped.get(int(length))} if stopped else {}),
         })
     return pd.DataFrame(out).set_index("prompt tokens") if out else pd.DataFrame()
+
+
+def floor(limit, length: int, ttft_s: float) -> dict:
+    """The prompt's KV cache (written once) and the bandwidth floor of a prefill: the weights read once and that
+    KV written, over the box's bandwidth; prefill is compute-bound, so its share of the floor is small and says
+    how far from memory-bound it is. None where the census or the bandwidth is unknown."""
+    kv, step = limit.kv_bytes(length), limit.step_bytes(length)
+    ms = 1000 * step / limit.bandwidth_bytes_s if step and limit.bandwidth_bytes_s else None
+    return {"KV MB": kv / 1e6 if kv is not None else None, "bandwidth floor ms": ms,
+            "% of floor": 100 * ms / (1000 * ttft_s) if ms and ttft_s > 0 else None}
 
 
 def _hit_percent(g: pd.DataFrame) -> float | None:
