@@ -99,9 +99,9 @@ class Census:
                f"{gb(self.in_part)} in part"]
         if ex["of"]:
             out.append(f"routed experts: {ex['used']} of {ex['of']}, {gb(ex['per_token'])} of {gb(ex['bytes'])}")
-        out.append(f"embedding: one row of {gb(self.embedding['bytes'])}" + (
-            "; the head is tied to it and read whole as the head" if self.embedding["tied"] else
-            f"; the head {gb(self.head['bytes'])}, read whole"))
+        out.append(f"embedding {gb(self.embedding['bytes'])}, tied to the head: read whole once, as the head"
+                   if self.embedding["tied"] else
+                   f"embedding: one row of {gb(self.embedding['bytes'])}; the head {gb(self.head['bytes'])}, read whole")
         out += [f"not read: {kind}, {gb(b)}" for kind, b in self.not_read_parts.items()]
         kv = self.kv.bytes_per_token
         out.append(f"KV cache: {kv:,.0f} B per token of context ({self.kv.cache_dtype}, {self.kv.source})" if kv else
