@@ -190,3 +190,49 @@ def test_prefill_notebooks_verdict_at_each_length_is_the_reports(tmp_path):
     apart = prefill.compare(prefill.frame(this.records), study, [other], False, fit,
                             this.settings | {"allow_cache_hits": True})
     assert set(apart.table["dense / moe verdict"]) <= {"trap", "not comparable"}
+
+
+def mtp_run(tmp_path, name: str, speed: float, seed: int, settings: dict) -> PastRun:
+    """A sealed mtp run: five answers per kind at about `speed` tok/s, no speculation."""
+    import random
+
+    from test_compare import fingerprint
+
+    from sparknb.run import Run
+
+    rng = random.Random(seed)
+    run = Run.create("mtp", {"notebook": "mtp", "model": {"name": name}, "settings": settings}, outputs=tmp_path,
+                     label=name)
+    run.write_json("fingerprint.json", fingerprint())
+    for kind in ("json", "story"):
+        for rep in range(5):
+            seconds = 255 / (speed * (1 + rng.uniform(-0.02, 0.02)) * (1.5 if kind == "json" else 1))
+            run.record({"kind": kind, "rep": rep, "warmup": False, "completion_tokens": 256, "decode_tokens": 255,
+                        "decode_s": seconds, "decode_tokens_per_s": 255 / seconds, "interference": None,
+                        "server": {"decode_s": seconds, "spec_decode": {
+                            "tokens_per_step": None, "accepted_tokens": None, "acceptance_rate": None,
+                            "acceptance_per_position": None, "drafts": None}}})
+    run.write_json("summary.json", {"findings": []})
+    run.seal()
+    (past,) = read_past(str(run.path), "mtp")
+    return past
+
+
+def test_mtp_notebooks_speed_up_is_the_reports_row(tmp_path):
+    from sparknb.studies import mtp
+    from sparknb.verdict import Runs
+
+    settings = {"temperature": 0.7, "output_tokens": 256, "prompt_set": "reference"}
+    plain, this = mtp_run(tmp_path, "plain", 20.0, 1, settings), mtp_run(tmp_path, "spec", 30.0, 2, settings)
+    df = mtp.frame(this.records)
+    table = df.groupby("kind")["tok_s"].median().to_frame("tok/s")
+    out, _ = mtp.compare(table, [plain], df, this.settings)
+    label = f"plain ({plain.id})"
+    rows = {r.figure: r for r in mtp.headline_rows(Runs({"mtp": {"plain": plain, "spec": this}}, ["plain", "spec"]))}
+    for kind in ("json", "story"):
+        row = rows[f"tok/s, {kind}"]
+        assert out.loc[kind, f"speed-up vs {label}"] == row.ratios["spec"].estimate == pytest.approx(1.5, rel=0.05)
+        assert out.loc[kind, f"95% interval vs {label}"] == row.ratios["spec"].times()
+        assert out.loc[kind, f"standing vs {label}"] == row.standing("spec", "plain") == "trusted"
+    out, _ = mtp.compare(table, [plain], df, this.settings | {"temperature": 0.0})
+    assert set(out[f"standing vs {label}"]) == {"not comparable"}
