@@ -6,6 +6,8 @@ One base lets the command line and the notebooks tell a known refusal (print it,
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class SparknbError(Exception):
     """A failure sparknb foresaw; the message is meant for the user, not for a debugger."""
@@ -68,3 +70,11 @@ class SandboxError(SparknbError, RuntimeError):
 
 class BuildError(SparknbError, RuntimeError):
     """A tool sparknb builds for itself (the test bed's llama-server) is missing and could not be built."""
+
+
+class ExecuteError(SparknbError):
+    """A notebook did not run through; `folder` is its sealed run folder where records were taken."""
+
+    def __init__(self, message: str, folder: Path | None = None) -> None:
+        super().__init__(message)
+        self.folder = folder

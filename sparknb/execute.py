@@ -15,20 +15,12 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from .errors import SparknbError
+from .errors import ExecuteError, SparknbError
 from .plan import BY_SPARKNB, Plan
 from .redaction import redact
 from .run import CLAIM, FAILURE, Run, new_run_id, outputs_dir, read_records
 from .studies import registry
 from .study import ENV_PREFIX
-
-
-class ExecuteError(SparknbError):
-    """A notebook did not run through; `folder` is its sealed run folder where records were taken."""
-
-    def __init__(self, message: str, folder: Path | None = None) -> None:
-        super().__init__(message)
-        self.folder = folder
 
 
 class Interrupted(KeyboardInterrupt):

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from sparknb import execute
-from sparknb.execute import ExecuteError
+from sparknb.errors import ExecuteError
 from sparknb.run import FAILURE, Run, verify
 from sparknb.studies import registry
 from sparknb.study import ENV_PREFIX

@@ -95,7 +95,8 @@ def test_earlier_runs_are_read_by_the_base_the_same_way_for_every_study(tmp_path
 
 
 def test_the_campaign_gives_models_only_to_studies_that_do_not_visit_them_themselves():
-    assert {"model", "models", "endpoint", "run_id", "outputs", "seal"} == set(campaign.set_by_the_campaign(decode.Plan))
+    given = set(campaign.set_by_the_campaign(decode.Plan))
+    assert given == {"model", "models", "endpoint", "run_id", "outputs", "seal"}
     assert "models" not in campaign.set_by_the_campaign(swap.Plan)  # swap's own parameter: the models it visits
 
 
@@ -178,7 +179,8 @@ def test_prefill_notebooks_verdict_at_each_length_is_the_reports(tmp_path):
 
     this, fit = prefill_run(tmp_path, "moe", lambda n: 0.05 + 1e-4 * n, seed=5)
     other, _ = prefill_run(tmp_path, "dense", lambda n: 0.05 + 2e-4 * n, seed=6)
-    study = SimpleNamespace(model=SimpleNamespace(name="moe"), run=SimpleNamespace(id=this.id), fingerprint=fingerprint())
+    study = SimpleNamespace(model=SimpleNamespace(name="moe"), run=SimpleNamespace(id=this.id),
+                            fingerprint=fingerprint())
     cmp = prefill.compare(prefill.frame(this.records), study, [other], False, fit, this.settings)
     rows = prefill.headline_rows(Runs({"prefill": {"moe": this, "dense": other}}, ["moe", "dense"]))
     said = {}

@@ -56,25 +56,25 @@ class Contract:
         return self.notebook or project_root() / "notebooks" / f"{self.name}.ipynb"
 
 
-def _modules() -> list[str]:
+def _modules() -> list:
+    """sparknb's own study modules, then those $SPARKNB_STUDIES names."""
     from .. import studies
 
-    own = [f"{studies.__name__}.{m.name}" for m in pkgutil.iter_modules(studies.__path__) if m.name != "registry"]
-    extra = [m.strip() for m in os.environ.get(ENV, "").split(",") if m.strip()]
-    return own + extra
+    own = [importlib.import_module(f"{studies.__name__}.{m.name}") for m in pkgutil.iter_modules(studies.__path__)
+           if m.name != "registry"]
+    return own + [_extra(m.strip()) for m in os.environ.get(ENV, "").split(",") if m.strip()]
+
+
+def _extra(name: str):
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise ParamsError(f"{ENV} names {name!r}, which cannot be imported ({e}); fix the name or drop it") from None
 
 
 def studies() -> dict[str, Contract]:
     """Every study, in the comparison's order."""
-    found = []
-    for name in _modules():
-        try:
-            module = importlib.import_module(name)
-        except ImportError as e:
-            raise ParamsError(f"{ENV} names {name!r}, which cannot be imported ({e}); fix the name or drop it") from None
-        contract = getattr(module, "STUDY", None)
-        if isinstance(contract, Contract):
-            found.append(contract)
+    found = [m.STUDY for m in _modules() if isinstance(getattr(m, "STUDY", None), Contract)]
     return {c.name: c for c in sorted(found, key=lambda c: (c.order, c.name))}
 
 
