@@ -238,3 +238,34 @@ def test_mtp_notebooks_speed_up_is_the_reports_row(tmp_path):
         assert out.loc[kind, f"standing vs {label}"] == row.standing("spec", "plain") == "trusted"
     out, _ = mtp.compare(table, [plain], df, this.settings | {"temperature": 0.0})
     assert set(out[f"standing vs {label}"]) == {"not comparable"}
+
+
+def test_load_notebooks_standing_per_level_is_the_reports(tmp_path):
+    import random
+
+    import pandas as pd
+
+    from sparknb.run import Run
+    from sparknb.studies.load.compare import standings
+
+    rng = random.Random(3)
+
+    def requests(level: str, speed: float, n: int = 8) -> list[dict]:
+        return [{"kind": "request", "level_name": level, "warmup": False, "decode_tokens_per_s": speed * rng.uniform(
+            0.98, 1.02), "ttft_s": 0.1 * rng.uniform(0.98, 1.02)} for _ in range(n)]
+
+    run = Run.create("load", {"notebook": "load", "model": {"name": "moe"}, "settings": {"output_tokens": 128}},
+                     outputs=tmp_path, label="moe")
+    run.write_json("fingerprint.json", {"host": {"hostname": "box"}, "server": {"version": "0.32.0"}})
+    for r in requests("1 in flight", 20.0) + requests("2 in flight", 18.0, n=3):
+        run.record(r)
+    run.write_json("summary.json", {"findings": [{"level": "warning", "text": "Busy at 2 in flight.",
+                                                  "about": ["2 in flight"]}]})
+    run.seal()
+    (past,) = read_past(str(run.path), "load")
+    mine = requests("1 in flight", 30.0) + requests("2 in flight", 28.0)
+    table = standings(pd.DataFrame(index=pd.Index(["1 in flight", "2 in flight"])), mine, past, "")
+    assert list(table["per-user standing"]) == ["trusted", "caveated"]  # its own warning, and 3 requests only
+    assert list(table["TTFT standing"]) == ["trusted", "caveated"]
+    apart = standings(pd.DataFrame(index=pd.Index(["1 in flight"])), mine, past, "settings differ")
+    assert list(apart["per-user standing"]) == ["not comparable"]

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ...run import PastRun
+from ...verdict import caveats
+from .headline import requests_at, user_rows
+from .plan import Plan
 from .tables import PERCENTILES, ratios, summarize
 
 
@@ -45,15 +48,30 @@ def _pick(table: pd.DataFrame, column: str, first: bool) -> tuple[str, float | N
     return str(name), float(kept[name])
 
 
-def compare(table: pd.DataFrame, past: list[PastRun]) -> list[Comparison]:
-    """Every compare_with run, summarized with its own SLO settings, and its ratios to this run."""
+def compare(table: pd.DataFrame, past: list[PastRun], records: list[dict] | None = None,
+            settings: dict | None = None) -> list[Comparison]:
+    """Every compare_with run, summarized with its own SLO settings, and its ratios to this run; given this run's
+    `records` (and `settings`), each level's per-user tok/s and TTFT standing as the comparison report judges the
+    same rows (headline.user_rows)."""
     out = []
     for run in past:
-        settings = run.settings
-        theirs = summarize(run.records, settings.get("slo_ttft_s", 2.0), settings.get("slo_tpot_s", 0.1),
-                           settings.get("percentiles", PERCENTILES))
-        out.append(Comparison(run.label, run.id, theirs, ratios(table, theirs)))
+        theirs = summarize(run.records, run.settings.get("slo_ttft_s", 2.0), run.settings.get("slo_tpot_s", 0.1),
+                           run.settings.get("percentiles", PERCENTILES))
+        table_ = ratios(table, theirs)
+        if records is not None:
+            table_ = standings(table_, records, run, Plan.same({"this run": settings, run.id: run})
+                               if settings is not None else "")
+        out.append(Comparison(run.label, run.id, theirs, table_))
     return out
+
+
+def standings(table: pd.DataFrame, records: list[dict], run: PastRun, apart: str) -> pd.DataFrame:
+    """Per level, the standing of this run's per-user tok/s and TTFT against the other run's, by the report's rows."""
+    said = {n: user_rows({run.id: requests_at(run.records, n), "this run": requests_at(records, n)}, n, run.id,
+                         {run.id: caveats(run, n)}, apart) for n in table.index}
+    table["per-user standing"] = [said[n][0].standing("this run", run.id) for n in table.index]
+    table["TTFT standing"] = [said[n][1].standing("this run", run.id) for n in table.index]
+    return table
 
 
 def as_rows(df: pd.DataFrame) -> list[dict]:

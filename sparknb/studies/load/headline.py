@@ -13,8 +13,20 @@ from .plan import Plan
 from .tables import summarize
 
 
-def _requests(run, name: str) -> list[dict]:
-    return measured([r for r in run.records if r.get("kind") == "request" and r.get("level_name") == name])
+def requests_at(records: list[dict], name: str) -> list[dict]:
+    """The measured requests of one level."""
+    return measured([r for r in records if r.get("kind") == "request" and r.get("level_name") == name])
+
+
+def user_rows(at: dict[str, list[dict]], name: str, base: str, doubts: dict[str, tuple[str, ...]],
+              apart: str = "") -> tuple[Row, Row]:
+    """What each user gets at one level, over each request of it: per-user tok/s and TTFT (verdict rows). The
+    comparison report and a notebook's compare_with both judge load runs by these rows."""
+    speeds = {s: [r["decode_tokens_per_s"] for r in rs if r.get("decode_tokens_per_s")] for s, rs in at.items()}
+    ttfts = {s: [1000 * r["ttft_s"] for r in rs if r.get("ttft_s") is not None] for s, rs in at.items()}
+    return (median_row("load", f"per-user tok/s at {name}", speeds, base, caveats=doubts, not_comparable=apart),
+            median_row("load", f"TTFT ms at {name}", ttfts, base, better="lower", caveats=doubts,
+                       not_comparable=apart))
 
 
 def headline_rows(runs: Runs) -> list[Row]:
@@ -27,15 +39,8 @@ def headline_rows(runs: Runs) -> list[Row]:
     rows = []
     tables = {}
     for name in shared:
-        at = {s: _requests(run, name) for s, run in mine.items()}
-        doubts = {s: caveats(mine[s], name) for s in at}
-        rows.append(median_row("load", f"per-user tok/s at {name}",
-                               {s: [r["decode_tokens_per_s"] for r in rs if r.get("decode_tokens_per_s")]
-                                for s, rs in at.items()}, runs.base, caveats=doubts, not_comparable=apart))
-        rows.append(median_row("load", f"TTFT ms at {name}",
-                               {s: [1000 * r["ttft_s"] for r in rs if r.get("ttft_s") is not None]
-                                for s, rs in at.items()}, runs.base, better="lower", caveats=doubts,
-                               not_comparable=apart))
+        at = {s: requests_at(run.records, name) for s, run in mine.items()}
+        rows += user_rows(at, name, runs.base, {s: caveats(mine[s], name) for s in at}, apart)
         if not tables:
             tables = {s: summarize(run.records, run.settings.get("slo_ttft_s", 2.0), run.settings.get("slo_tpot_s", 0.1))
                       for s, run in mine.items()}
