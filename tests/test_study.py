@@ -269,3 +269,14 @@ def test_load_notebooks_standing_per_level_is_the_reports(tmp_path):
     assert list(table["TTFT standing"]) == ["trusted", "caveated"]
     apart = standings(pd.DataFrame(index=pd.Index(["1 in flight"])), mine, past, "settings differ")
     assert list(apart["per-user standing"]) == ["not comparable"]
+
+
+def test_the_run_browser_offers_the_runs_of_every_study_that_measures_and_nothing_else(tmp_path, toy):
+    from sparknb.run import Run
+    from sparknb.studies.compare.browser import sealed_runs
+
+    for notebook in ("decode", "toy", "campaigns", "compare", "nosuch"):
+        Run.create(notebook, {"notebook": notebook}, run_id=f"20261204-{notebook}", outputs=tmp_path).seal()
+    Run.create("mtp", {"notebook": "mtp"}, run_id="20261204-open", outputs=tmp_path)  # never sealed
+    assert sealed_runs(tmp_path) == [("toy: 20261204-toy", "20261204-toy"), ("decode: 20261204-decode",
+                                                                              "20261204-decode")]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...run import MANIFEST, outputs_dir
+from .. import registry
 from .plan import Plan
 
 
@@ -20,12 +21,11 @@ def in_jupyter() -> bool:
 
 
 def sealed_runs(outputs: str | Path = "") -> list[tuple[str, str]]:
-    """(label, run id) of every sealed study run under outputs/, newest first."""
-    found = []
-    for manifest in Path(outputs or outputs_dir()).glob(f"*/*/{MANIFEST}"):
-        notebook, run_id = manifest.parent.parent.name, manifest.parent.name
-        if notebook != "campaigns":
-            found.append((f"{notebook}: {run_id}", run_id))
+    """(label, run id) of every sealed run of a study that measures (studies.registry) under outputs/, newest
+    first: a campaign's record or an earlier comparison is no run to compare."""
+    base = Path(outputs or outputs_dir())
+    found = [(f"{study}: {m.parent.name}", m.parent.name) for study in registry.known()
+             for m in (base / study).glob(f"*/{MANIFEST}")]
     return sorted(found, key=lambda x: x[1], reverse=True)
 
 
