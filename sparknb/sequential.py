@@ -30,7 +30,7 @@ replaying what it kept.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -236,6 +236,34 @@ def order(question_ids: Iterable[str], seed: int) -> list[str]:
     needs each next question to be a random one of those left, as the fixed-sample interval needs a random sample."""
     ids = sorted(dict.fromkeys(map(str, question_ids)))
     return [ids[i] for i in np.random.default_rng(seed).permutation(len(ids))]
+
+
+class Live:
+    """B's run as it goes: answers arrive out of order (several are in flight), so each is held until every
+    question before it in A's order has its answer, then fed to the sequence; `decided` tells the batch to send
+    no more. Answers reused from an interrupted run are added first: the same state as if never interrupted."""
+
+    def __init__(self, ids: Sequence[str], a_right: Mapping[str, bool], design: Design):
+        self.ids, self.a, self.b = list(ids), {str(k): bool(v) for k, v in a_right.items()}, {}
+        self.sequence, self.fed = PairedSequence(design), 0
+
+    def add(self, question: str, right: bool) -> None:
+        self.b[str(question)] = bool(right)
+        while self.fed < len(self.ids) and self.ids[self.fed] in self.b and not self.decided:
+            q = self.ids[self.fed]
+            self.sequence.update([(self.a[q], self.b[q])])
+            self.fed += 1
+
+    @property
+    def decided(self) -> bool:
+        return self.sequence.outcome != "running"
+
+    def until_decided(self, calls: Iterable) -> Iterator:
+        """The calls, one at a time, until the sequence decides (the batch asks for the next as one ends)."""
+        for call in calls:
+            if self.decided:
+                return
+            yield call
 
 
 # --- from sealed runs: B's answers in A's order, and what the verdict row carries -------------------------------

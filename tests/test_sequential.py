@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sparknb.sequential import Design, PairedSequence, order
+from sparknb.sequential import Design, Live, PairedSequence, order
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,3 +75,23 @@ def test_the_order_is_seeded_and_a_bad_design_is_named():
         Design(margin=3)
     with pytest.raises(ValueError, match="budget"):
         Design(budget=0)
+
+
+def test_answers_arriving_out_of_order_are_fed_in_as_order_and_the_calls_stop_when_decided():
+    pairs = stream(0.15, 600, seed=8)
+    ids = [str(i) for i in range(600)]
+    whole = PairedSequence.replay(pairs, Design(budget=600))
+    live = Live(ids, {q: a for q, (a, _) in zip(ids, pairs)}, Design(budget=600))
+    sent = []
+    rng = np.random.default_rng(9)
+    flight = []
+    for q in live.until_decided(iter(ids)):  # four in flight, answered in a random order
+        sent.append(q)
+        flight.append(q)
+        if len(flight) == 4:
+            done = flight.pop(int(rng.integers(4)))
+            live.add(done, pairs[int(done)][1])
+    for q in flight:
+        live.add(q, pairs[int(q)][1])
+    assert live.decided and live.sequence.as_dict() == whole.as_dict()
+    assert whole.stopped_at <= len(sent) < 200 < len(ids)  # sending stopped soon after the decision
