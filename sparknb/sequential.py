@@ -283,12 +283,18 @@ def from_runs(a: PastRun, b: PastRun, a_right: Mapping, b_right: Mapping) -> tup
     """B's sealed run, planned sequential, against A's: the sequence replayed from both runs' graded records (never
     a figure B's run wrote about itself) in A's order, as a verdict row carries it: the interval, the questions
     used, what budget would tell where it could not, and the summary."""
-    ids = order(a_right.keys(), int(a.settings.get("seed") or 0))
+    ids = a_order(a, a_right)
     design = design_of(b.settings, len(ids))
     held = summary(PairedSequence.replay(in_order(ids, a_right, b_right), design), pace(b))
     i = held["interval"]
     told_by = needed_text(held) if held["outcome"] == "cannot tell" else ""
     return Interval(i["estimate"], i["low"], i["high"], i["level"], i["method"]), held["questions"], told_by, held
+
+
+def a_order(a: PastRun, a_right: Mapping) -> list[str]:
+    """A's seeded order of its whole draw (its settings' `questions`), kept to the questions A answered."""
+    drawn = [str(q) for q in a.settings.get("questions") or a_right.keys()]
+    return [q for q in order(drawn, int(a.settings.get("seed") or 0)) if q in a_right]
 
 
 def pace(run: PastRun) -> float | None:
