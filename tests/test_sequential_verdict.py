@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from sparknb.run import Run, verify
+from sparknb import sequential
 from sparknb.sequential import order
 from sparknb.studies import compare
 from sparknb.verdict import decide
@@ -104,3 +105,32 @@ def test_the_comparison_report_says_and_draws_where_the_sequence_stopped(tmp_pat
     drawn = [c for c in nb.cells if "sequence_plots" in "".join(c.source)]
     assert len(drawn) == 1 and any("image/png" in o.get("data", {}) for o in drawn[0].outputs)
     assert verify(folder) == []
+
+
+def test_a_sequential_plan_asks_the_other_runs_answered_questions_in_its_order_and_resumes_fed(tmp_path):
+    from sparknb.studies import mmlu_pro as m
+    from sparknb.studies.mmlu_pro.data import DEMO_FILE
+
+    params = {"suite": str(DEMO_FILE), "outputs": str(tmp_path), "sequential": True}
+    first = m.prepare(m.Plan.build(budget=12, **params), "a")
+    asked = [q.id for q in first.todo()]
+    assert asked == order(first.ids, 0)[:12]  # A: its seeded order, up to its budget
+    a = Run.create("mmlu_pro", {"notebook": "mmlu_pro", "settings": first.settings(), "model": {"name": "a"}},
+                   outputs=tmp_path, label="a")
+    a.write_json("fingerprint.json", fingerprint())
+    for q in asked:
+        a.record({"question_id": q, "category": "x", "answer": "A", "finish_reason": "stop", "text": "The answer is (A)."})
+    a.seal()
+    b = m.prepare(m.Plan.build(compare_with=a.id, **params), "b")
+    assert [q.id for q in b.todo()] == asked and b.live.ids == asked  # only what A answered, in A's order
+    assert not b.live.decided and b.live.sequence.design.budget == 12
+    halfway = Run.create("mmlu_pro", {"notebook": "mmlu_pro", "settings": b.settings(), "model": {"name": "b"}},
+                         outputs=tmp_path, label="b")
+    halfway.write_json("fingerprint.json", fingerprint())
+    for q in asked[:3]:
+        halfway.record({"question_id": q, "category": "x", "answer": "A", "finish_reason": "stop", "correct": True,
+                        "text": "The answer is (A)."})
+    halfway.seal()
+    resumed = m.prepare(m.Plan.build(compare_with=a.id, resume_from=halfway.id, **params), "b")
+    assert [q.id for q in resumed.todo()] == asked[3:] and resumed.live.fed == 3
+    assert resumed.live.sequence.path == sequential.PairedSequence.replay([(True, True)] * 3).path

@@ -14,13 +14,13 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from ... import plan
+from ... import plan, sequential
 from ...client import Endpoint, ServerInfo
 from ...errors import DataError, ParamsError
 from ...plan import COMPARED, IGNORED, RESUMED
 from ...run import PastRun
 from .data import Dataset, Question, draw, load, load_suite
-from .grading import answered
+from .grading import answered, frame
 from .prompt import messages, prompt
 
 NOTEBOOK = "mmlu_pro"
@@ -51,6 +51,12 @@ class Plan(plan.Plan):
                                                   "questions")
     target_half_width: Annotated[float, IGNORED] = Field(0.02, gt=0, lt=1, description="a fraction, e.g. 0.02 for 2 "
                                                          "points")
+    sequential: Annotated[bool, IGNORED] = Field(False, description="true: questions in a seeded random order, and "
+                                                 "with compare_with, stop as soon as the paired difference is decided")
+    margin: Annotated[float, IGNORED] = Field(0.03, gt=0, lt=1, description="a fraction, e.g. 0.03 for 3 points: a "
+                                              "sequential run calls a smaller difference equivalent")
+    budget: Annotated[int, IGNORED] = Field(0, ge=0, description="the most questions a sequential run asks, 0 or "
+                                            "more; 0 asks them all")
 
 
 @dataclass
@@ -64,6 +70,7 @@ class Work:
     prompts: dict[str, str]
     reused: list[dict] = field(default_factory=list)
     longest: tuple[str, int] | None = None  # (question, tokens) of the longest prompt to ask, once measured
+    live: sequential.Live | None = None  # a sequential run against compare_with: stops the batch once decided
 
     @property
     def resumed(self) -> PastRun | None:
@@ -83,9 +90,17 @@ class Work:
         return bool(self.plan.suite) or not self.dataset.validation
 
     def todo(self) -> list[Question]:
-        """The questions still to ask: those without a reused answer, in draw order."""
+        """The questions still to ask: those without a reused answer, in draw order; a sequential run's in its
+        seeded order (against compare_with, that run's), up to its budget."""
         reused = {str(r["question_id"]) for r in self.reused}
-        return [q for q in self.questions if q.id not in reused]
+        return [q for q in self.in_order() if q.id not in reused]
+
+    def in_order(self) -> list[Question]:
+        if not self.plan.sequential:
+            return self.questions
+        by_id = {q.id: q for q in self.questions}
+        ids = self.live.ids if self.live else sequential.order(self.ids, self.plan.seed)
+        return [by_id[q] for q in ids[: self.plan.budget or None]]
 
     def settings(self) -> dict:
         """What params.json records: the parameters, the data's identity, and the questions drawn."""
@@ -140,7 +155,20 @@ def prepare(plan: Plan, model: str, dataset: Dataset | None = None) -> Work:
         work.reused = _reusable(plan.resumed, work)
     if plan.other is not None:
         _check_comparable(plan.other, work)
+    if plan.sequential and plan.other is not None:
+        work.live = _live(plan.other, work)
     return work
+
+
+def _live(other: PastRun, work: Work) -> sequential.Live:
+    """The sequence against compare_with, in its order, fed first with the answers reused from resume_from."""
+    graded = frame(other.records, tuple(other.settings.get("stop") or ())).set_index("question_id")["correct"]
+    right = {str(q): bool(c) for q, c in graded.items()}
+    ids = sequential.a_order(other, right)
+    live = sequential.Live(ids, right, sequential.Design(work.plan.margin, work.plan.budget or len(ids)))
+    for r in work.reused:
+        live.add(r["question_id"], r["correct"])
+    return live
 
 
 def _reusable(past: PastRun, work: Work) -> list[dict]:
@@ -158,6 +186,6 @@ def _check_comparable(other: PastRun, work: Work) -> None:
                         f"seed={other.settings.get('seed')}, suite={other.settings.get('suite')!r}; draw the same "
                         "way to compare.")
     missing = ours - set(answered(other.records))
-    if missing:
+    if missing and not work.plan.sequential:  # a sequential run asks only what the other answered, in its order
         raise DataError(f"compare_with {other.id} has no finished answer to {len(missing)} of the {len(ours)} "
                         f"questions. Finish it first: run it again with resume_from={other.id!r}.")
