@@ -14,7 +14,7 @@ import json
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -130,7 +130,31 @@ def run(file: str, *, resume: str = "", outputs: str | Path = "", log: Callable[
         return record.path
     record.seal()
     log(f"campaign {record.id}: every cell done, sealed: {record.path}")
+    for line in saved(record.id, outputs):
+        log(line)
     return record.path
+
+
+def against(cell: Cell, campaign: CampaignParams, record: Run) -> Cell:
+    """A later model's cell of a study planned `sequential` runs against the first model's run of the same study,
+    repetition and box (compare_with, unless the file gave one): asked in its order, it stops once decided."""
+    first = campaign.models[0] if campaign.models else None
+    if not cell.parameters.get("sequential") or cell.model in (None, first) or cell.parameters.get("compare_with"):
+        return cell
+    key = replace(cell, model=first).key
+    done = {r.get("cell"): r.get("run") for r in read_records(record.path) if r.get("status") == "done"}
+    return replace(cell, parameters=cell.parameters | {"compare_with": done[key]}) if key in done else cell
+
+
+def saved(campaign_id: str, outputs: str | Path = "") -> list[str]:
+    """What each sequentially decided comparison of the campaign saved: questions, and minutes of the server."""
+    from .sequential import told
+    from .studies import compare
+
+    runs = compare.Plan.build(campaign=campaign_id, outputs=str(outputs)).compared()
+    rows = compare.headline(runs).rows
+    lines = [f"{r.study}, {s} against {runs.base}: {told(seq)}" for r in rows for s, seq in r.sequences.items()]
+    return lines + (["swaps: none saved here, each model is started once either way"] if lines else [])
 
 
 def _open(campaign: CampaignParams, file: str, cells: list[Cell], resume: str,
@@ -167,7 +191,7 @@ def run_here(campaign: CampaignParams, cells: list[Cell], record: Run, outputs: 
         try:
             with serving(model, record) as endpoint:
                 for cell in mine:
-                    failed += not _run_cell(cell, endpoint, record, outputs, progress)
+                    failed += not _run_cell(against(cell, campaign, record), endpoint, record, outputs, progress)
         except SparknbError as e:  # the model could not be served: its cells fail, the next model still runs
             settled = {r.get("cell") for r in read_records(record.path)[ran:] if r.get("status")}
             for cell in (c for c in mine if c.key not in settled):

@@ -134,3 +134,23 @@ def test_a_sequential_plan_asks_the_other_runs_answered_questions_in_its_order_a
     resumed = m.prepare(m.Plan.build(compare_with=a.id, resume_from=halfway.id, **params), "b")
     assert [q.id for q in resumed.todo()] == asked[3:] and resumed.live.fed == 3
     assert resumed.live.sequence.path == sequential.PairedSequence.replay([(True, True)] * 3).path
+
+
+def test_a_campaign_runs_a_later_models_sequential_cell_against_the_first_and_says_what_it_saved(tmp_path):
+    from types import SimpleNamespace
+
+    from sparknb.campaign import Cell, against, saved
+
+    outputs = tmp_path / "outputs"
+    a = mmlu_run(outputs, "a", lambda q: q % 2 == 0)
+    b = mmlu_run(outputs, "b", lambda q: q % 2 == 0 or q % 3 == 0, sequential={"margin": 0.03, "budget": QUESTIONS})
+    record = Run.create("campaigns", {"notebook": "campaigns", "cells": []}, outputs=outputs, label="c")
+    record.record({"cell": "mmlu_pro/a/1", "status": "done", "run": str(a.path)})
+    campaign = SimpleNamespace(models=["a", "b"])
+    later, first = Cell("mmlu_pro", "b", {"sequential": True}), Cell("mmlu_pro", "a", {"sequential": True})
+    assert against(later, campaign, record).parameters == {"sequential": True, "compare_with": str(a.path)}
+    assert against(first, campaign, record) == first and against(Cell("mmlu_pro", "b"), campaign, record).parameters == {}
+    record.record({"cell": "mmlu_pro/b/1", "status": "done", "run": str(b.path)})
+    (line, swaps) = saved(record.id, outputs)
+    assert line.startswith("MMLU-Pro, b against a: sequential, 3-point margin: stopped after") and "saved" in line
+    assert swaps.startswith("swaps: none saved")
