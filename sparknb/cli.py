@@ -65,8 +65,9 @@ def _with_ray():
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sparknb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p_serve = sub.add_parser("serve", help="start a tiny test-bed model on the real vLLM CPU server or llama-server")
-    p_serve.add_argument("name", choices=["tiny-dense", "tiny-moe"])
+    p_serve = sub.add_parser("serve", help="start a test-bed model: a tiny one on the real vLLM CPU server or "
+                             "llama-server, or the real SmolLM2-135M (smollm2*, llama-server only)")
+    p_serve.add_argument("name", choices=["tiny-dense", "tiny-moe", "smollm2", "smollm2-draft", "smollm2-ngram"])
     p_serve.add_argument("--engine", choices=["vllm", "llama.cpp"], default="vllm",
                          help="vLLM's CPU build (default), or llama.cpp's llama-server (built once if none is found)")
     p_model = sub.add_parser("model", help="describe a served model: params/models/NAME.yaml from its server")

@@ -7,8 +7,9 @@ from sparknb.engines import VLLM
 from sparknb.metrics import Snapshot, delta
 
 
-def scrape(drafts, draft_tokens, accepted, per_pos, decode_sum, decode_count, model="m", other=100.0):
-    lines = [
+def scrape(drafts, draft_tokens, accepted, per_pos, decode_sum, decode_count, model="m", other=100.0, generated=None):
+    lines = [f'vllm:generation_tokens_total{{engine="0",model_name="{model}"}} {generated}'] if generated is not None else []
+    lines += [
         "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
         "# TYPE vllm:spec_decode_num_drafts_total counter",
         f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="{model}"}} {drafts}',
@@ -36,11 +37,12 @@ def scrape(drafts, draft_tokens, accepted, per_pos, decode_sum, decode_count, mo
 
 def test_spec_decode_from_the_difference_of_two_scrapes():
     # The 150-token greedy answer of the field notes: 39 drafts, 109 draft tokens, 106 accepted.
-    before = scrape(10, 30, 20, [8, 7, 5], 1.0, 3)
-    after = scrape(49, 139, 126, [8 + 38, 7 + 36, 5 + 32], 1.85, 4)
+    before = scrape(10, 30, 20, [8, 7, 5], 1.0, 3, generated=1000)
+    after = scrape(49, 139, 126, [8 + 38, 7 + 36, 5 + 32], 1.85, 4, generated=1150)
     spec = delta(before, after).spec_decode()
     assert (spec["drafts"], spec["draft_tokens"], spec["accepted_tokens"]) == (39, 109, 106)
-    assert spec["tokens_per_step"] == pytest.approx(1 + 106 / 39)
+    assert spec["tokens_per_step"] == pytest.approx(150 / (150 - 106))  # 44 steps of the target made 150 tokens
+    assert spec["acceptance_rate"] == pytest.approx(106 / 109)
     assert spec["acceptance_rate"] == pytest.approx(106 / 109)
     assert spec["acceptance_per_position"] == pytest.approx([38 / 39, 36 / 39, 32 / 39])
 
@@ -85,6 +87,15 @@ def test_histogram_delta_gives_this_requests_time():
     assert (total, count) == (pytest.approx(0.85), 1)
 
 
+def test_steps_that_drafted_nothing_count_as_steps():
+    """An n-gram lookup drafts only where the text repeats: 40 accepted in 8 drafting steps of a 200-token answer
+    is 200 tokens in 160 steps (1.25 per step), not 1 + 40 / 8 = 6."""
+    spec = delta(scrape(0, 0, 0, [], 0, 0, generated=0), scrape(8, 96, 40, [], 0, 0, generated=200)).spec_decode()
+    assert spec["tokens_per_step"] == pytest.approx(1.25)
+    unknown = delta(scrape(0, 0, 0, [], 0, 0), scrape(8, 96, 40, [], 0, 0)).spec_decode()
+    assert unknown["tokens_per_step"] is None  # drafts without a count of generated tokens: unknown, not 6
+
+
 def test_no_drafts_means_one_token_per_step_and_no_acceptance_rate():
     spec = delta(scrape(3, 9, 4, [2], 0, 0), scrape(3, 9, 4, [2], 0, 0)).spec_decode()
     assert spec["tokens_per_step"] == 1.0 and spec["acceptance_rate"] is None
@@ -92,7 +103,7 @@ def test_no_drafts_means_one_token_per_step_and_no_acceptance_rate():
 
 def test_a_server_restart_between_scrapes_is_caught():
     # Counters start again from zero after a restart: the delta is what it counted since, marked.
-    d = delta(scrape(500, 1500, 900, [300], 40.0, 100), scrape(7, 21, 12, [5], 0.6, 1))
+    d = delta(scrape(500, 1500, 900, [300], 40.0, 100, generated=5000), scrape(7, 21, 12, [5], 0.6, 1, generated=30))
     assert metrics.DRAFTS in d.reset and d[metrics.DRAFTS] == 7
-    assert d.spec_decode()["tokens_per_step"] == pytest.approx(1 + 12 / 7)
+    assert d.spec_decode()["tokens_per_step"] == pytest.approx(30 / 18)
     assert metrics.RUNNING not in d.values  # gauges have no delta

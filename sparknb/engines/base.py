@@ -29,6 +29,7 @@ class Engine:
     process_name = ""  # a word of its GPU process's command line
     log: ModuleType | None = None  # the reader of its start-up log (serving.startup_log or serving.llama_log)
     untimed: tuple[str, ...] = ()  # the server-time columns of the tables it never fills (not a missing counter)
+    idle_draft = ""  # why a server set to speculate may draft nothing at all, and the fix
 
     def recognises(self, answer: Any) -> bool:
         return False

@@ -57,6 +57,9 @@ class LlamaCpp(Engine):
     process_name = "llama-server"
     log = llama_log
     untimed = ("server TTFT ms", "server queue ms")  # it times the prompt, not the request from its arrival
+    idle_draft = ("llama-server loads a draft model given by --model-draft but drafts with it only under "
+                  "--spec-type draft-simple (its default is none; its /slots say speculative either way): add it. "
+                  "With --spec-type ngram-simple a step drafts only where the text repeats a run of 12 tokens")
 
     def recognises(self, answer: Any) -> bool:
         return isinstance(answer, dict) and ("build_info" in answer or "default_generation_settings" in answer)

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import tiny_models
+from . import cpu_repack, tiny_models
 from .processes import HOST
 from ..errors import ParamsError
 
@@ -271,9 +271,11 @@ def server_command(name: str, port: int, binary: Path, *, prompt_cache: bool = F
       tiny models, once all 8 slots have been used. `prompt_cache=True` keeps the default, to show it;
     - `--metrics` for the `llamacpp:` counters, and log lines stamped with the time since the start
       (`--log-prefix --log-timestamps`), which the start-up log's stages are read from;
-    - tiny-moe speculates with its Q4_0 copy as the draft model (`--model-draft`, DRAFT_TOKENS per step).
+    - tiny-moe speculates with its Q4_0 copy as the draft model (`--model-draft`, DRAFT_TOKENS per step);
+    - `--no-repack` where repacked quantized weights crash this CPU (see cpu_repack: the Q4_0 draft did).
     """
     draft = ["--model-draft", str(draft_file(name)), *SPECULATIVE[name]] if name in SPECULATIVE else []
+    repack = cpu_repack.flags(binary, gguf_file(name), *([draft_file(name)] if draft else []))
     return [
         str(binary), "--model", str(gguf_file(name)), "--alias", name,
         "--host", HOST, "--port", str(port),
@@ -281,6 +283,6 @@ def server_command(name: str, port: int, binary: Path, *, prompt_cache: bool = F
         "--threads", "1", "--metrics",
         "--log-prefix", "--log-timestamps", "--log-colors", "off",
         *([] if prompt_cache else ["--cache-ram", "0"]),
-        *draft,
+        *repack, *draft,
         *extra_args,
     ]

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from . import cpu_repack
 from .processes import LOCAL_HOSTS, die_with_parent, group_alive, group_memory, port_in_use, signal_group, wait_gone
 from .targets import Target
 from .. import engines
@@ -116,7 +117,9 @@ class Server:
                     if code == 0 and t.stop:
                         self.detached = True  # e.g. `docker start NAME`: the server lives on elsewhere
                     else:
-                        self._fail(f"exited with code {code} before it was ready", exit_code=code)
+                        cause = cpu_repack.crash_cause(t.start, code)
+                        self._fail(f"exited with code {code} before it was ready" + (f", {cause}" if cause else ""),
+                                   exit_code=code)
                 if any(line in self.log_tail(400) for line in ENGINE_FAILED):
                     self._fail("lost its engine while starting")
                 try:

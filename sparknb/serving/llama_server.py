@@ -256,18 +256,20 @@ def _extract(sdist: Path, into: Path) -> Path:
     return into / prefixes[0]
 
 
-def _step(what: str, argv: list[str], log_file: Path, limit: float, log, fix: str | None = None) -> None:
+def _step(what: str, argv: list[str], log_file: Path, limit: float, log, fix: str | None = None,
+          who: str = "llama-server") -> None:
     with open(log_file, "w") as out:
         try:
             done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   timeout=limit)
         except subprocess.TimeoutExpired:
-            raise BuildError(f"llama-server {what} took longer than {limit:g} s and was stopped. The machine may "
-                             f"be busy: run `python -m sparknb.serving.llama_server build` again when it is "
-                             f"quieter, or set {ENV_VAR} to a llama-server of your own") from None
+            again = fix or (f"run `python -m sparknb.serving.llama_server build` again when it is quieter, or set "
+                            f"{ENV_VAR} to a llama-server of your own")
+            raise BuildError(f"{who} {what} took longer than {limit:g} s and was stopped. The machine may be busy "
+                             f"or the network slow: {again}") from None
     if done.returncode != 0:
         tail = "".join(log_file.read_text(errors="replace").splitlines(keepends=True)[-25:])
-        raise BuildError(f"llama-server {what} failed (exit {done.returncode}): "
+        raise BuildError(f"{who} {what} failed (exit {done.returncode}): "
                          f"{fix or 'read the log below; a missing compiler or header is the usual cause'}.\n"
                          f"Last lines of {log_file}:\n{tail}")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import gguf_models, llama_server, tiny_models
+from . import gguf_models, llama_server, real_models, tiny_models
 from .processes import HOST, free_port
 from ..errors import BuildError, LifecycleError
 from ..params import ModelParams
@@ -65,12 +65,16 @@ def testbed_target(name: str, port: int, *, engine: str = "vllm", api_key: str |
         found = llama_server.find(binary)
         if found is None:
             raise BuildError(llama_server.missing_reason())
-        start = gguf_models.server_command(name, port, found.path, prompt_cache=prompt_cache, extra_args=extra_args)
-        return Target(name=name, served_model_name=name, mode="testbed", endpoint=endpoint,
+        command = real_models.server_command if name in real_models.NAMES else gguf_models.server_command
+        start = command(name, port, found.path, prompt_cache=prompt_cache, extra_args=extra_args)
+        served = real_models.SERVED if name in real_models.NAMES else name
+        return Target(name=name, served_model_name=served, mode="testbed", endpoint=endpoint,
                       ready_url=f"http://{HOST}:{port}/health", ready_timeout_s=ready_timeout_s, start=tuple(start),
                       env=dict(env or {}), api_key=api_key, engine=engine, binary=f"{found.path} ({found.origin})")
     if engine != "vllm":
         raise LifecycleError(f"unknown test-bed engine {engine!r}; choose vllm or llama.cpp")
+    if name in real_models.NAMES:
+        raise LifecycleError(f"{name} is served by llama-server only (its GGUF as shipped): use engine llama.cpp")
     cache = compile_cache or tiny_models.compile_cache(name)
     return Target(name=name, served_model_name=name, mode="testbed", endpoint=endpoint, ready_url=f"{endpoint}/models",
                   ready_timeout_s=ready_timeout_s, start=tuple(tiny_models.server_command(name, port, extra_args)),

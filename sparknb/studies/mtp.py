@@ -204,6 +204,12 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, study: Study, speculative: b
                           "counters either way.", tuple(sorted(set(bursts["kind"])))))
     if table.empty:
         return notes + [info("No clean measurement was taken.")]
+    drafts = df.loc[df["excluded"].isna(), "drafts"].dropna()
+    if speculative and len(drafts) and drafts.sum() == 0:
+        why = study.endpoint.engine.idle_draft if study.endpoint else ""
+        notes.append(warning(f"The server is set to speculate, but drafted nothing in {len(drafts)} request(s): "
+                             "every step made one token, so this run measured no speculative decoding. "
+                             + (why + "." if why else "Check how the server was started.")))
     if not speculative and study.model.speculative:
         notes.append(warning(f"The model's params name speculative decoding ({study.model.speculative}), but the "
                              "server exposes no speculative-decoding counters: tokens per step are unknown."))

