@@ -8,10 +8,11 @@ a number can be set beside one posted elsewhere, with the same words.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 
 import pandas as pd
+
+from .strict_json import dumps
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def markdown(rows: list[Row]) -> str:
 
 
 def to_json(rows: list[Row]) -> str:
-    return json.dumps([r.as_dict() for r in rows], indent=2)
+    return dumps([r.as_dict() for r in rows], indent=2)
 
 
 def write(run, rows: list[Row]) -> str:

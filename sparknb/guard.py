@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from . import fingerprint
 from .errors import GuardError
+from .strict_json import dumps
 
 OVERRIDE_HINT = "pass force=True (papermill: -p force True) to measure anyway; the override is recorded"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1", "::")
@@ -240,7 +241,7 @@ class RunLock:
         started_at = self.holder.get("started_at") or datetime.now(timezone.utc).isoformat(timespec="seconds")
         record = {**self.holder, "pid": os.getpid(), "started_at": started_at}
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record, default=str).encode(), 0)
+        os.pwrite(fd, dumps(record).encode(), 0)
         self._fd = fd
 
     def release(self) -> None:

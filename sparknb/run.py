@@ -24,6 +24,7 @@ from pathlib import Path
 from .errors import DataError, RunError
 from .params import project_root
 from .redaction import redact
+from .strict_json import dumps
 
 MANIFEST = "manifest.json"
 CLAIM = "params.json"  # created first and exclusively: whoever writes it owns the run id
@@ -41,7 +42,7 @@ def outputs_dir() -> Path:
 
 
 def _dump(obj) -> str:
-    return json.dumps(obj, indent=2, sort_keys=True, default=str)
+    return dumps(obj, indent=2, sort_keys=True)
 
 
 class Run:
@@ -88,7 +89,7 @@ class Run:
     def append(self, name: str, obj: dict) -> None:
         """Append one JSON line to a file of lines and push it to disk now."""
         with open(self._target(name), "a") as f:
-            f.write(json.dumps(redact(obj, self._secrets), sort_keys=True, default=str) + "\n")
+            f.write(dumps(redact(obj, self._secrets), sort_keys=True) + "\n")
             f.flush()
             os.fsync(f.fileno())
 

@@ -34,6 +34,19 @@ def run_notebook(name: str, tmp_path: Path, parameters: dict) -> tuple[nbformat.
     return nbformat.read(out, as_version=4), folder
 
 
+def _refuse(constant: str):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def strict(path: Path):
+    """A JSON file read as a strict parser reads it (jq, JavaScript's JSON.parse): NaN and Infinity refused."""
+    return json.loads(path.read_text(), parse_constant=_refuse)
+
+
+def strict_lines(path: Path) -> list:
+    return [json.loads(line, parse_constant=_refuse) for line in path.read_text().splitlines() if line.strip()]
+
+
 def outputs_text(nb: nbformat.NotebookNode) -> str:
     """Every output of every cell, as text: what a reader of the notebook sees."""
     return "\n".join(str(o.get("text", "")) + json.dumps(o.get("data", {}))

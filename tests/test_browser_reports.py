@@ -21,7 +21,9 @@ from browser import (DECODED_IMAGES, TABLES_WITH_ROWS, chromium, decode_runs_of_
 from sparknb.execute import run_notebook
 from sparknb.params import project_root
 from sparknb.report import write_html
+from sparknb.run import verify
 from sparknb.studies import mmlu_pro
+from support import strict, strict_lines
 
 OFFLINE = ("file:", "data:")
 MMLU_PRO = project_root().parent / "shared" / "data" / "mmlu_pro"  # the shared copy; no download here
@@ -166,6 +168,9 @@ def test_the_report_of_a_real_run_opens_offline_with_its_tables_and_plots(notebo
     assert seen["images"] >= case.images, f"the {notebook} report shows {seen['images']} decoded images"
     assert all(seen["drawn"]), f"blank images in the {notebook} report: {seen['drawn']}"
     assert not seen["blank_page"]
+    for path in folder.rglob("*.json*"):  # strict JSON, every file: an unknown figure is null, never NaN
+        (strict_lines if path.suffix == ".jsonl" else strict)(path)
+    assert (folder / "summary.json").is_file() and verify(folder) == []
 
 
 def test_the_comparison_report_shows_the_verdict_first_and_every_input_warning(browser, tmp_path):

@@ -4,7 +4,10 @@ import json
 import shutil
 import stat
 
+import numpy as np
+import pandas as pd
 import pytest
+from support import strict, strict_lines
 
 from sparknb.cli import main
 from sparknb.errors import DataError, RunError
@@ -155,3 +158,13 @@ def test_a_run_that_died_unsealed_can_be_sealed_by_hand_marked_failed(tmp_path, 
     assert verify(run.path) == []
     assert json.loads((run.path / "failure.json").read_text())["failed_halfway"] is True
     assert main(["seal", str(run.path)]) == 2 and "sealed already" in capsys.readouterr().err
+
+
+def test_json_is_strict_an_unknown_figure_is_null(tmp_path):
+    run = make(tmp_path)
+    run.write_json("summary.json", {"low": float("nan"), "high": np.float64("inf"), "n": np.int64(3),
+                                    "share": pd.NA, "rows": [{"x": -np.inf}]})
+    run.record({"ttft_s": float("nan")})
+    assert strict(run.path / "summary.json") == {"low": None, "high": None, "n": 3, "share": None,
+                                                 "rows": [{"x": None}]}
+    assert strict_lines(run.path / "records.jsonl") == [{"ttft_s": None}]

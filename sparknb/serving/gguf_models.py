@@ -35,6 +35,7 @@ from typing import Any, Sequence
 from . import cpu_repack, tiny_models
 from .processes import HOST
 from ..errors import ParamsError
+from ..strict_json import dumps
 
 # Bump when what is written changes: it is part of the cache key.
 WRITER_REVISION = 3
@@ -99,7 +100,7 @@ def write(name: str, final: Path, quantization: str | None = None) -> Written:
         tmp.unlink(missing_ok=True)
     written = Written(name, quantization, str(final), final.stat().st_size, round(time.monotonic() - t0, 3), count,
                       arch)
-    final.with_suffix(".json").write_text(json.dumps(asdict(written), indent=1) + "\n")
+    final.with_suffix(".json").write_text(dumps(asdict(written), indent=1) + "\n")
     return written
 
 

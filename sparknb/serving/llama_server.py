@@ -37,6 +37,7 @@ from typing import Iterator
 
 from .tiny_models import cache_root
 from ..errors import BuildError
+from ..strict_json import dumps
 
 ENV_VAR = "SPARKNB_LLAMA_SERVER"  # a llama-server binary of your own
 SDIST_ENV_VAR = "SPARKNB_LLAMA_CPP_SDIST"  # the sdist already on disk, for a machine without PyPI
@@ -151,7 +152,7 @@ def build(*, jobs: int | None = None, log=print) -> Path:
             (staged / "bin").mkdir(parents=True)
             for target in TARGETS:
                 shutil.copy2(work / "build" / "bin" / target, staged / "bin" / target)
-            (staged / "build.json").write_text(json.dumps(record, indent=1) + "\n")
+            (staged / "build.json").write_text(dumps(record, indent=1) + "\n")
             shutil.rmtree(final, ignore_errors=True)  # a build cut short before its record was written
             staged.rename(final)
         finally:

@@ -1,0 +1,34 @@
+"""Strict JSON: the one way sparknb writes JSON. A figure that could not be read is null, never NaN.
+
+Python's json writes NaN and Infinity unless told not to, and that is not JSON: a strict parser (jq,
+JavaScript's JSON.parse, Go's encoding/json, Python's own with parse_constant) refused 8 of the files a
+tiny campaign wrote, every one a summary.json holding NaN where an interval or a ratio was unknown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+_MISSING = {"NAType", "NaTType"}  # pandas' NA and NaT: unknown, so null
+
+
+def clean(value: Any) -> Any:
+    """The value with every NaN and infinity as None and numpy's scalars as Python's, all the way down."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [clean(v) for v in value]
+    if type(value).__name__ in _MISSING:
+        return None
+    if getattr(value, "shape", None) == () and callable(getattr(value, "item", None)):  # a numpy scalar
+        return clean(value.item())
+    return value
+
+
+def dumps(value: Any, **options: Any) -> str:
+    """JSON text a strict parser reads: NaN and infinities as null, anything else JSON lacks as its str()."""
+    return json.dumps(clean(value), allow_nan=False, default=str, **options)
