@@ -11,12 +11,12 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from . import campaign
+from . import campaign, manifest
 from .errors import ParamsError, SparknbError
 from .execute import run_notebook, seal_interrupted
 from .params import load_model
 from .redaction import redact
-from .run import verify
+from .signing import NAMESPACE, allowed_signers
 
 
 def parse_parameters(pairs: list[list[str]], yaml_files: list[str]) -> dict:
@@ -36,11 +36,17 @@ def demo(outputs: str | Path = "") -> tuple[Path, list[dict]]:
     return run_notebook("compare", {"campaign": record.name}, outputs), campaign.failed(record.name, outputs)
 
 
-def _verdict(problems: list[str]) -> str:
-    """intact, changed since sealing, or never sealed at all (which is not a change)."""
-    if not problems:
-        return "intact"
-    return "NOT SEALED" if any("never sealed" in p for p in problems) else "CHANGED"
+def _verify(folder: str) -> int:
+    """Each problem and each thing left unchecked, then the verdict; 0 only for an intact run whose signer is
+    known here and that sealed itself."""
+    seal = manifest.check(folder)
+    for line in [*seal.problems, *seal.notes]:
+        print(line)
+    print(f"{folder}: {seal.verdict}")
+    if seal.signature is not None and seal.signature.signer is None and not seal.problems:
+        print(f"To trust that key, add it to {allowed_signers()} as\n  NAME namespaces=\"{NAMESPACE}\" "
+              f"{seal.signature.public}")
+    return 0 if seal.trusted else 1
 
 
 def _failures(failed: list[dict]) -> int:
@@ -84,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
     p_run.add_argument("-f", "--parameters-file", action="append", default=[], metavar="YAML")
     p_run.add_argument("--outputs", default="", help="folder for run folders (default: outputs/)")
-    p_verify = sub.add_parser("verify", help="check a sealed run folder against its manifest")
+    p_verify = sub.add_parser("verify", help="check a sealed run folder against its signed manifest, and name "
+                                             "who signed it")
     p_verify.add_argument("folder")
     p_seal = sub.add_parser("seal", help="seal a run folder whose run died before sealing it (marked failed halfway)")
     p_seal.add_argument("folder")
@@ -127,11 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             folder = run_notebook(args.notebook, parse_parameters(args.parameter, args.parameters_file), args.outputs)
             print(f"sealed run: {folder}\nreport: {folder / 'report.html'}")
         elif args.command == "verify":
-            problems = verify(args.folder)
-            for p in problems:
-                print(p)
-            print(f"{args.folder}: {_verdict(problems)}")
-            return 1 if problems else 0
+            return _verify(args.folder)
         elif args.command == "seal":
             print(f"sealed: {seal_interrupted(args.folder)}")
         elif args.command == "campaign":

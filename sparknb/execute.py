@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
+from . import manifest
 from .errors import ExecuteError, SparknbError
 from .plan import BY_SPARKNB, Plan
 from .redaction import redact
@@ -192,14 +193,25 @@ def close(folder: Path, executed: Path, failure: str | None = None) -> None:
 
 
 def seal_interrupted(folder: str | Path) -> Path:
-    """Seal a run that died before it could (a killed kernel): marked failed halfway, its records kept."""
+    """Seal a run that died before it could (a killed kernel): marked failed halfway, its records kept, and
+    marked sealed after the fact, by whom and when, in the folder and at the top of its report."""
+    from .report import write_html
+
     path = Path(folder)
     if not (path / CLAIM).is_file():
         raise ExecuteError(f"{path} is not a sparknb run folder (no {CLAIM}).")
     run = Run(path)
     if run.sealed:
         raise ExecuteError(f"{path} is sealed already.")
+    manifest.refuse_second_seal(run.id)
     if not (path / "summary.json").exists() and not (path / FAILURE).exists():
         run.write_json(FAILURE, {"failed_halfway": True, "reason": "sealed by hand after the run died"})
-    run.seal()
+    late = manifest.after_the_fact("the run's own seal was missing: it stopped before sealing itself")
+    if (path / "notebook.ipynb").exists() and not (path / "report.html").exists():
+        failure = json.loads((path / FAILURE).read_text()) if (path / FAILURE).exists() else None
+        write_html(path / "notebook.ipynb", path / "report.html", failure and str(failure.get("reason")),
+                   read_records(path) if failure else None,
+                   note=f"**Sealed after the fact** by {late['sealed_by']} at {late['sealed_at']}: {late['why']}. "
+                        "Nothing vouches that its files did not change between the run and this seal.")
+    run.seal(after_the_fact=late)
     return path

@@ -17,9 +17,10 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, PrivateAttr, ValidationError
 
+from . import manifest
 from .errors import DataError, ParamsError, SparknbError
 from .params import explain
-from .run import PastRun, read_past
+from .run import PastRun, read_past, same_records
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class Plan(BaseModel):
     recorded: ClassVar[dict[str, tuple[Mark, ...]]] = {
         "model": (RESUMED, IGNORED, BY_THE_CAMPAIGN), "models": (IGNORED, BY_THE_CAMPAIGN),
         "endpoint": (IGNORED, BY_THE_CAMPAIGN), "force": (IGNORED,), "run_id": (IGNORED, BY_SPARKNB),
-        "seal": (IGNORED, BY_SPARKNB)}
+        "seal": (IGNORED, BY_SPARKNB), "inputs": (IGNORED,)}
     outputs: Annotated[str, IGNORED, BY_SPARKNB] = Field("", exclude=True, description="where earlier runs are found")
     _runs: dict[str, list[PastRun]] = PrivateAttr(default_factory=dict)
 
@@ -85,6 +86,7 @@ class Plan(BaseModel):
                 found[what] = read_past(getattr(self, what), self.study, what=what, outputs=self.outputs)
             except DataError as e:
                 problems.append(str(e))
+        problems += same_records(list({r.path: r for runs in found.values() for r in runs}.values()))
         if problems:
             raise DataError("\n".join(problems))
         empty = [f"compare_with {run.id!r}: {why}" for run in found.get("compare_with", [])
@@ -112,9 +114,16 @@ class Plan(BaseModel):
         """The run named by resume_from, as read and verified when the plan was built."""
         return next(iter(self._runs.get("resume_from", [])), None)
 
+    @property
+    def read(self) -> list[PastRun]:
+        """Every earlier run this plan read, once each."""
+        return list({r.path: r for runs in self._runs.values() for r in runs}.values())
+
     def settings(self) -> dict:
-        """The parameters as params.json records them."""
-        return self.model_dump(mode="json")
+        """The parameters as params.json records them, with the manifest of each earlier run read (`inputs`), so
+        that one sealed again after this run read it fails this run's verify."""
+        read = self.read
+        return self.model_dump(mode="json") | ({"inputs": manifest.pins(read)} if read else {})
 
     @classmethod
     def marked(cls, mark: Mark) -> tuple[str, ...]:

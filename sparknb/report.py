@@ -155,9 +155,10 @@ def failed_halfway(nb, reason: str, records: list[dict]):
     return out
 
 
-def write_html(notebook: Path, target: Path, failure: str | None = None, records: list[dict] | None = None) -> Path:
+def write_html(notebook: Path, target: Path, failure: str | None = None, records: list[dict] | None = None,
+               note: str = "") -> Path:
     """Render once, code hidden, no script from another host; an existing report is never replaced. A run
-    that failed halfway (`failure`) is shown as failed_halfway() says."""
+    that failed halfway (`failure`) is shown as failed_halfway() says; a `note` (markdown) opens the report."""
     import jinja2
     import nbformat
     from nbconvert import HTMLExporter
@@ -168,6 +169,8 @@ def write_html(notebook: Path, target: Path, failure: str | None = None, records
     nb = nbformat.read(notebook, as_version=4)
     if failure is not None:
         nb = failed_halfway(nb, failure, records or [])
+    if note:
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(note))
     body, _ = exporter.from_notebook_node(nb)
     with open(target, "x", encoding="utf-8") as f:
         f.write(body)

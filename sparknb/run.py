@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from . import manifest
 from .errors import DataError, RunError
+from .manifest import MANIFEST, walk
 from .params import project_root
 from .redaction import redact
 from .strict_json import dumps
 
-MANIFEST = "manifest.json"
 CLAIM = "params.json"  # created first and exclusively: whoever writes it owns the run id
 FAILURE = "failure.json"  # written by a run that stopped halfway, before it is sealed
 
@@ -93,15 +94,14 @@ class Run:
             f.flush()
             os.fsync(f.fileno())
 
-    def seal(self) -> Path:
-        """Hash every file into the manifest, then make all of it read-only."""
-        manifest = self._target(MANIFEST)
-        files = _files(self.path)
-        folders = _walk(self.path)[1]
-        hashes = {p.relative_to(self.path).as_posix(): _sha256(p) for p in files}
-        manifest.write_text(_dump({"run_id": self.id, "sha256": hashes, "folders": folders}) + "\n")
+    def seal(self, after_the_fact: dict | None = None) -> Path:
+        """Hash every file into the signed manifest, then make all of it read-only. `after_the_fact`
+        (manifest.after_the_fact()): who seals a run that did not seal itself, when and why; said in the
+        folder, and by verify."""
+        self._target(MANIFEST)
+        sealed = manifest.write(self.path, self.id, after_the_fact)
         _read_only(self.path)
-        return manifest
+        return sealed
 
     @property
     def sealed(self) -> bool:
@@ -114,7 +114,7 @@ READ_ONLY_FOLDER = READ_ONLY_FILE | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
 
 def _read_only(path: Path, mode: tuple[int, int] = (READ_ONLY_FILE, READ_ONLY_FOLDER)) -> None:
     """Every file and folder of a run read-only (or, given other modes, e.g. writable again to be moved)."""
-    files, folders, _ = _walk(path)
+    files, folders, _ = walk(path)
     for name in files:
         (path / name).chmod(mode[0])
     for folder in [*(path / f for f in reversed(folders)), path]:
@@ -182,63 +182,10 @@ def measured(records: Sequence[dict]) -> list[dict]:
     return [r for r in records if not r.get("warmup") and "error" not in r]
 
 
-def _walk(folder: Path) -> tuple[list[str], list[str], list[str]]:
-    """Files, folders and symbolic links below `folder`, as relative paths; links are never followed."""
-    files, folders, links = [], [], []
-    for root, dirs, names in os.walk(folder, followlinks=False):
-        base = Path(root)
-        for name in dirs:
-            (links if (base / name).is_symlink() else folders).append((base / name).relative_to(folder).as_posix())
-        for name in names:
-            (links if (base / name).is_symlink() else files).append((base / name).relative_to(folder).as_posix())
-    return sorted(files), sorted(folders), sorted(links)
-
-
-def _files(folder: Path) -> list[Path]:
-    files, _, links = _walk(folder)
-    if links:
-        raise RunError(f"{folder} holds symbolic links ({', '.join(links)}); a sealed run holds only its own files.")
-    return [folder / name for name in files if name != MANIFEST]
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def verify(path: str | Path) -> list[str]:
-    """Every way the folder differs from its manifest; empty means it is as sealed.
-
-    Anything not in the manifest counts, anywhere in the tree: a file, an empty folder, a symbolic
-    link; and a sealed run copied under another name no longer matches the run id inside it.
-    """
-    folder = Path(path)
-    manifest = folder / MANIFEST
-    if not manifest.is_file():
-        return [f"{folder} has no {MANIFEST}: it was never sealed (or the manifest was removed)"]
-    try:
-        sealed = json.loads(manifest.read_text())
-        expected, run_id = sealed["sha256"], sealed["run_id"]
-    except (ValueError, KeyError, TypeError):
-        return [f"{manifest} is not a manifest sparknb wrote"]
-    problems = []
-    if run_id != folder.name:
-        problems.append(f"renamed: the folder is {folder.name!r} but the run sealed in it is {run_id!r}")
-    files, folders, links = _walk(folder)
-    present = {name for name in files if name != MANIFEST}
-    for name, digest in sorted(expected.items()):
-        if name not in present:
-            problems.append(f"missing: {name}")
-        elif _sha256(folder / name) != digest:
-            problems.append(f"changed: {name}")
-    problems += [f"added after sealing: {name}" for name in sorted(present - expected.keys())]
-    known_folders = set(sealed.get("folders", [])) | {str(Path(n).parent.as_posix()) for n in expected if "/" in n}
-    problems += [f"folder added after sealing: {name}" for name in folders if name not in known_folders]
-    problems += [f"symbolic link: {name}" for name in links]
-    return problems
+    """Every reason not to trust the folder's seal (manifest.check): empty means it is as sealed, by whoever
+    signed it; whether that signer is known here, or the run was sealed after the fact, is check()'s verdict."""
+    return list(manifest.check(path).problems)
 
 
 # --- earlier runs, read back -----------------------------------------------------------------------------
@@ -253,6 +200,7 @@ class PastRun:
     records: list[dict]
     summary: dict | None
     failure: dict | None  # what stopped it, for a run sealed after failing halfway
+    manifest_sha256: str = ""  # its manifest as it was read: what a run that reads it pins (inputs.json)
 
     @property
     def id(self) -> str:
@@ -314,7 +262,7 @@ def _read_one(value: str, notebook: str | None, what: str, outputs: str | Path) 
         return (f"{what} {value!r}: {path.name} has no fingerprint.json; without it nobody can tell whether it ran "
                 "on the same box and server build.")
     return PastRun(path, params, fingerprint, read_records(path), _json(path / "summary.json"),
-                   _json(path / FAILURE))
+                   _json(path / FAILURE), manifest.digest(path))
 
 
 def read_past(values: str | Sequence[str], notebook: str | None, *, what: str = "compare_with",
@@ -331,6 +279,21 @@ def read_past(values: str | Sequence[str], notebook: str | None, *, what: str = 
             problems.append(found)
         else:
             runs.append(found)
+    problems += same_records(runs)
     if problems:
         raise DataError(f"Cannot use {what}:\n  " + "\n  ".join(problems))
     return runs
+
+
+def same_records(runs: Sequence[PastRun]) -> list[str]:
+    """Two runs whose records are the same were not measured apart: one is a copy of the other (a copy sealed
+    again under another id was compared with its original as two runs with identical figures)."""
+    seen: dict[str, PastRun] = {}
+    problems = []
+    for run in runs:
+        key = hashlib.sha256(dumps(run.records, sort_keys=True).encode()).hexdigest()
+        if run.records and key in seen:
+            problems.append(f"{seen[key].id} and {run.id} hold the same records: one is a copy of the other, "
+                            "not a second measurement; compare runs measured apart")
+        seen.setdefault(key, run)
+    return problems

@@ -86,6 +86,27 @@ def _own_run_lock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ["SPARKNB_LOCK_FILE"] = previous
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_config_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite signs its seals with a key of its own and remembered in a ledger of its own, never the
+    user's (~/.config/sparknb): the suite's fixtures reuse run ids that a shared ledger would take for re-seals."""
+    previous = os.environ.get("SPARKNB_CONFIG_DIR")
+    os.environ["SPARKNB_CONFIG_DIR"] = str(tmp_path_factory.mktemp("config"))
+    yield
+    if previous is None:
+        os.environ.pop("SPARKNB_CONFIG_DIR", None)
+    else:
+        os.environ["SPARKNB_CONFIG_DIR"] = previous
+
+
+@pytest.fixture(autouse=True)
+def _own_config(_own_config_session: None, tmp_path_factory: pytest.TempPathFactory,
+                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own ledger and key (a session or module fixture's runs are sealed with the session's)."""
+    monkeypatch.setenv("SPARKNB_CONFIG_DIR", str(tmp_path_factory.mktemp("config")))
+    monkeypatch.delenv("SPARKNB_SIGNING_KEY", raising=False)
+
+
 @contextlib.contextmanager
 def _wanted_servers(request: pytest.FixtureRequest, logs: Path, table: dict, **options) -> Iterator[dict]:
     """Start every server of `table` that some collected test needs, and stop them at the end."""

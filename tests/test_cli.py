@@ -1,6 +1,8 @@
 """The command line: parameters typed as YAML, a sealed folder verified, a study found by its name, and every
 refusal said in one line with exit code 2 before anything runs."""
 
+import zlib
+
 import pytest
 
 from sparknb.cli import main, parse_parameters
@@ -17,7 +19,7 @@ def test_parameters_are_read_as_yaml_and_a_value_given_with_p_wins_over_the_file
 
 def sealed(tmp_path, run_id: str, seal: bool = True) -> Run:
     run = Run.create("decode", {"notebook": "decode", "settings": {}}, run_id=run_id, outputs=tmp_path)
-    run.record({"prompt_length": 111})
+    run.record({"prompt_length": 111, "load_1m": zlib.crc32(run_id.encode()) / 2**32})  # each run its own
     if seal:
         run.seal()
     return run
@@ -28,7 +30,7 @@ def test_verify_says_intact_changed_or_not_sealed_and_exits_non_zero_unless_inta
     records = changed.path / "records.jsonl"
     records.chmod(0o644)
     records.write_text('{"prompt_length": 112}\n')
-    assert main(["verify", str(intact.path)]) == 0 and capsys.readouterr().out.endswith(": intact\n")
+    assert main(["verify", str(intact.path)]) == 0 and ": intact, signed by " in capsys.readouterr().out
     assert main(["verify", str(changed.path)]) == 1
     out = capsys.readouterr().out
     assert "records.jsonl" in out and out.endswith(": CHANGED\n")
@@ -45,7 +47,7 @@ def test_a_study_that_does_not_exist_is_refused_naming_the_studies_there_are(tmp
 def test_seal_closes_a_run_that_died_and_refuses_one_that_is_sealed(tmp_path, capsys):
     died = sealed(tmp_path, "died", seal=False)
     assert main(["seal", str(died.path)]) == 0 and "sealed:" in capsys.readouterr().out
-    assert main(["verify", str(died.path)]) == 0
+    assert main(["verify", str(died.path)]) == 1 and ": SEALED AFTER THE FACT by " in capsys.readouterr().out
     assert main(["seal", str(died.path)]) == 2 and "is sealed already" in capsys.readouterr().err
 
 

@@ -359,3 +359,25 @@ def test_two_models_on_two_boxes_keep_their_ratios_per_box(tmp_path):
     summary = json.loads((folder / "summary.json").read_text())
     assert [h["title"] for h in summary["headlines"]] == ["on spark-a", "on spark-b"]
     assert "### on spark-b" in outputs_text(nb)
+
+
+def test_an_input_sealed_again_after_the_comparison_fails_the_comparisons_verify(tmp_path, monkeypatch):
+    from sparknb.studies.compare import record
+
+    outputs = tmp_path / "outputs"
+    a = decode_run(outputs, "moe-35b", 26.0, fingerprint(), seed=1)
+    b = decode_run(outputs, "dense-27b", 8.9, fingerprint(), seed=2)
+    comparison = record.open_run(compare.Plan.build(runs=[a.id, b.id], outputs=str(outputs)), outputs=str(outputs))
+    comparison.seal()
+    assert verify(comparison.path) == []
+    for p in [b.path, *b.path.iterdir()]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    (b.path / "manifest.json").unlink()
+    (b.path / "manifest.sig").unlink()
+    records = b.path / "records.jsonl"
+    records.write_text(records.read_text().replace('"rep": 0', '"rep": 9', 1))
+    monkeypatch.setenv("SPARKNB_CONFIG_DIR", str(tmp_path / "elsewhere"))  # signed again where no ledger knows b
+    Run(b.path).seal()
+    assert verify(b.path) == []  # b alone looks whole: only the comparison that read it knows better
+    (problem,) = verify(comparison.path)
+    assert problem.startswith(f"input sealed again: {b.path} no longer has the manifest this run read")

@@ -5,6 +5,7 @@ No server: the earlier runs are sealed folders written here with sparknb.run.Run
 import json
 import os
 import stat
+import zlib
 
 import pytest
 from test_prefill_fit import record
@@ -24,8 +25,8 @@ def sealed_run(outputs, run_id="p1", notebook="prefill", lengths=(100, 300), sea
     run = Run.create(notebook, {"notebook": notebook, "model": {"name": label},
                                 "settings": {"allow_cache_hits": False}}, run_id=run_id, outputs=outputs)
     run.write_json("fingerprint.json", {"host": {"hostname": "box"}, "server": {"version": "0.32.0"}})
-    for n in lengths:
-        run.record(record(n, 0.1))
+    for n in lengths:  # two real runs never share their records: each saw its own load on the machine
+        run.record(record(n, 0.1) | {"load_1m": zlib.crc32(run.path.as_posix().encode()) / 2**32})
     if seal:
         run.seal()
     return run

@@ -1,9 +1,11 @@
 """Sealed run folders: nothing overwritten, every change detected, records kept as they come."""
 
+import hashlib
 import json
 import shutil
 import stat
 
+import nbformat
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,6 +14,7 @@ from support import strict, strict_lines
 from sparknb.cli import main
 from sparknb.errors import DataError, RunError
 from sparknb.run import Run, read_past, read_records, verify
+from sparknb.signing import whoami
 
 
 def make(tmp_path, **kw):
@@ -151,13 +154,111 @@ def test_past_runs_that_are_tampered_unsealed_missing_or_of_another_study_are_re
     assert "is a 'prefill' run" in text and "names" in text and "twice" in text
 
 
-def test_a_run_that_died_unsealed_can_be_sealed_by_hand_marked_failed(tmp_path, capsys):
+def test_a_run_that_died_unsealed_is_sealed_by_hand_marked_failed_and_sealed_after_the_fact(tmp_path, capsys):
     run = Run.create("decode", {"notebook": "decode"}, outputs=tmp_path)
     run.record({"n": 1})
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_markdown_cell("# Decode")]
+    nbformat.write(notebook, run.path / "notebook.ipynb")  # as papermill leaves it when the kernel dies
     assert main(["seal", str(run.path)]) == 0
     assert verify(run.path) == []
+    report = (run.path / "report.html").read_text()
+    assert report.index("Sealed after the fact") < report.index("This run failed halfway") < report.index("Decode")
     assert json.loads((run.path / "failure.json").read_text())["failed_halfway"] is True
+    late = json.loads((run.path / "sealed-after-the-fact.json").read_text())
+    assert late["sealed_by"] == whoami() and "own seal was missing" in late["why"]
+    capsys.readouterr()
+    assert main(["verify", str(run.path)]) == 1
+    assert f"SEALED AFTER THE FACT by {whoami()} at {late['sealed_at']}" in capsys.readouterr().out
     assert main(["seal", str(run.path)]) == 2 and "sealed already" in capsys.readouterr().err
+
+
+def _another_box(monkeypatch, tmp_path, name, trusting=None):
+    """Another box's sparknb: its own key and ledger; `trusting` lists the keys of another box's allowed_signers."""
+    config = tmp_path / name
+    config.mkdir()
+    if trusting is not None:
+        (config / "allowed_signers").write_text((trusting / "allowed_signers").read_text())
+    monkeypatch.setenv("SPARKNB_CONFIG_DIR", str(config))
+    return config
+
+
+def _tamper(path, old=b"170.2", new=b"171.2"):
+    _unseal(path)
+    records = path / "records.jsonl"
+    records.write_bytes(records.read_bytes().replace(old, new))
+
+
+def test_a_run_tampered_then_sealed_again_is_refused_here_and_named_elsewhere(tmp_path, monkeypatch, capsys):
+    author = _another_box(monkeypatch, tmp_path, "author")
+    run = Run.create("decode", {"notebook": "decode"}, outputs=tmp_path / "outputs")
+    run.record({"decode_tok_s": 170.2})
+    run.write_json("summary.json", {"median": 170.2})
+    run.seal()
+    assert main(["verify", str(run.path)]) == 0 and f"intact, signed by {whoami()}" in capsys.readouterr().out
+    _tamper(run.path)
+    (run.path / "manifest.json").unlink()
+    (run.path / "manifest.sig").unlink()
+    assert main(["seal", str(run.path)]) == 2  # this box sealed it once: never again
+    assert "was sealed on this box" in capsys.readouterr().err and not (run.path / "manifest.json").exists()
+    _another_box(monkeypatch, tmp_path, "mallory")  # sealed again where no ledger knows it, with another key
+    assert main(["seal", str(run.path)]) == 0
+    monkeypatch.setenv("SPARKNB_CONFIG_DIR", str(author))
+    capsys.readouterr()
+    assert main(["verify", str(run.path)]) == 1
+    assert "SEALED AGAIN" in capsys.readouterr().out
+    _another_box(monkeypatch, tmp_path, "reader", trusting=author)  # a reader who trusts the author's key
+    assert verify(run.path) == []  # every file matches the new manifest: only the signature tells
+    assert main(["verify", str(run.path)]) == 1
+    out = capsys.readouterr().out
+    assert "SEALED AFTER THE FACT" in out and "signed by a key not in" in out and "own seal was missing" in out
+
+
+def _rehash(path, name="records.jsonl"):
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["sha256"][name] = hashlib.sha256((path / name).read_bytes()).hexdigest()
+    (path / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def test_a_record_changed_and_its_hash_rewritten_fails_the_signature(tmp_path, monkeypatch, capsys):
+    run = _sealed(tmp_path)
+    _tamper(run.path, b'"n": 1', b'"n": 2')
+    _rehash(run.path)
+    assert any(p.startswith("bad signature") for p in verify(run.path))
+    assert main(["verify", str(run.path)]) == 1 and "BAD SIGNATURE" in capsys.readouterr().out
+    _another_box(monkeypatch, tmp_path, "reader")  # no ledger there: the signature alone tells
+    assert main(["verify", str(run.path)]) == 1 and "BAD SIGNATURE" in capsys.readouterr().out
+    (run.path / "manifest.sig").unlink()
+    assert any(p.startswith("signature missing") for p in verify(run.path))
+
+
+def test_a_copy_under_another_run_id_is_refused_however_it_was_sealed(tmp_path, monkeypatch):
+    run = _sealed(tmp_path)
+    copy = run.path.parent / "20990101-000000-tiny-dense-abcdef"
+    shutil.copytree(run.path, copy)
+    _unseal(copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps(manifest | {"run_id": copy.name}))
+    assert any(p.startswith("bad signature") for p in verify(copy))
+    (copy / "manifest.json").unlink()
+    (copy / "manifest.sig").unlink()
+    Run(copy).seal()
+    assert verify(copy) == [f"a copy: its records.jsonl is that of run {run.id}, sealed on this box at "
+                            f"{json.loads((run.path / 'manifest.json').read_text())['sealed_at']}"]
+    _another_box(monkeypatch, tmp_path, "reader")  # where no ledger knows the original: the records tell
+    assert verify(copy) == []
+    with pytest.raises(DataError, match=f"{run.id} and {copy.name} hold the same records"):
+        read_past([run.id, copy.name], "decode", outputs=tmp_path)
+
+
+def test_an_unsigned_run_verifies_as_unsigned_and_a_key_that_cannot_sign_leaves_it_sealed(tmp_path, monkeypatch,
+                                                                                         capsys):
+    monkeypatch.setenv("SPARKNB_SIGNING_KEY", str(tmp_path / "no-such-key"))
+    run = _sealed(tmp_path)
+    assert not (run.path / "manifest.sig").exists()
+    assert "SPARKNB_SIGNING_KEY names" in json.loads((run.path / "manifest.json").read_text())["unsigned"]
+    assert verify(run.path) == []
+    assert main(["verify", str(run.path)]) == 1 and "UNSIGNED" in capsys.readouterr().out
 
 
 def test_json_is_strict_an_unknown_figure_is_null(tmp_path):
@@ -168,3 +269,33 @@ def test_json_is_strict_an_unknown_figure_is_null(tmp_path):
     assert strict(run.path / "summary.json") == {"low": None, "high": None, "n": 3, "share": None,
                                                  "rows": [{"x": None}]}
     assert strict_lines(run.path / "records.jsonl") == [{"ttft_s": None}]
+
+
+def test_a_run_resumed_from_and_its_copy_compared_with_are_refused(tmp_path, monkeypatch):
+    from test_mmlu_pro_plan import answer, past_run
+
+    from sparknb.studies import mmlu_pro
+
+    past_run(tmp_path, "orig", {"temperature": 0.0}, [answer("1")])
+    past_run(tmp_path, "copy", {"temperature": 0.0}, [answer("1")])
+    _another_box(monkeypatch, tmp_path, "reader")  # where no ledger knows them: the records tell
+    with pytest.raises(DataError, match="orig and copy hold the same records"):
+        mmlu_pro.Plan.build(outputs=str(tmp_path), resume_from="orig", compare_with="copy")
+
+
+def test_a_study_pins_the_runs_it_read_so_one_sealed_again_later_fails_its_verify(tmp_path, monkeypatch):
+    from sparknb.studies import decode
+
+    other = _sealed(tmp_path)
+    plan = decode.Plan.build(outputs=str(tmp_path), compare_with=other.id, prompt_lengths=[111])
+    run = Run.create("decode", {"notebook": "decode", "settings": plan.settings()}, outputs=tmp_path)
+    run.seal()
+    assert verify(run.path) == []
+    _tamper(run.path.parent / other.id, b'"n": 1', b'"n": 2')
+    for name in ("manifest.json", "manifest.sig"):
+        (other.path / name).unlink()
+    _another_box(monkeypatch, tmp_path, "mallory")
+    Run(other.path).seal()
+    assert verify(other.path) == []  # whole by itself, signed by another key: only the run that read it knows
+    (problem,) = verify(run.path)
+    assert problem.startswith(f"input sealed again: {other.path} no longer has the manifest this run read")

@@ -2,6 +2,8 @@
 order and stopped when its confidence sequence decided (B better, B worse, equivalent within the margin, or
 cannot tell at the budget), and a run interrupted halfway that resumes to the same state."""
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -26,7 +28,8 @@ def mmlu_run(tmp_path, model: str, right, order_seed=0, sequential=None, asked=Q
     for position, q in enumerate(ids[:asked]):
         said = "A" if right(q) else "B"
         run.record({"question_id": str(q), "category": "math", "answer": "A", "finish_reason": "stop", "order": position,
-                    "text": f"Reasoning first. The answer is ({said})."})
+                    "text": f"Reasoning first. The answer is ({said}).",
+                    "ttft_s": zlib.crc32(f"{model}-{q}".encode()) / 2**32})  # two runs never time alike
     if failed:
         run.write_json("failure.json", {"reason": "the server went away", "records": asked})
     run.write_json("summary.json", {"findings": [], "batch": {"wall_s": 3.0 * asked, "asked": asked}})

@@ -51,6 +51,10 @@ class Plan(plan.Plan):
     def past(self) -> list[PastRun]:
         return list(self._past)
 
+    @property
+    def read(self) -> list[PastRun]:
+        return self.past
+
     def by_study(self, runs: list[PastRun] | None = None, key=None) -> dict[str, dict[str, PastRun]]:
         """notebook -> subject (the model label, or `key(run)`) -> its run; a later run replaces an earlier one."""
         out: dict[str, dict[str, PastRun]] = {}

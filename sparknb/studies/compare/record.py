@@ -11,7 +11,7 @@ NOTEBOOK = "compare"
 
 
 def open_run(plan: Plan, *, run_id: str = "", outputs: str = "") -> Run:
-    """Claimed only after every run compared has been read and verified."""
+    """Claimed only after every run compared has been read and verified (and pinned: Plan.settings)."""
     params = {"notebook": NOTEBOOK, "settings": plan.settings(),
               "compared": [{"notebook": r.notebook, "model": r.label, "run_id": r.id} for r in plan.past]}
     run = Run.create(NOTEBOOK, params, run_id=run_id, outputs=outputs,
