@@ -164,6 +164,19 @@ def schedule(lengths: Sequence[int], warmup: int, repetitions: int, order: str =
     return [(n, rep) for n in lengths for rep in range(-warmup, 0)] + measured
 
 
+def rep_label(rep: int) -> str:
+    """A request's repetition as progress lines print it: the record's own `rep` (0 for the first measured one, as
+    every table shows it), or warmup."""
+    return "warmup" if rep < 0 else f"rep {rep}"
+
+
+def named(rows: pd.DataFrame) -> str:
+    """Requests by their place in the records (seq, prompt length, rep, as the tables show them), for a finding
+    that leaves them out of a figure: none is dropped without being named."""
+    return "; ".join(f"seq {int(r['seq'])} ({int(r['prompt_length']):,} tokens, {rep_label(int(r['rep']))})"
+                     for _, r in rows.iterrows())
+
+
 AUTO = "auto"
 AUTO_FIRST = 6  # the fewest values whose median has a 95% distribution-free interval (stats.median_interval)
 

@@ -115,6 +115,7 @@ class Events:
         self.engine, self.timings_field = engine, engine.timings_field
         self.sent, self.rest = 0.0, b""  # perf_counter when the request went out; a line not yet ended
         self.error: str | None = None
+        self.finished: float | None = None  # when the event carrying the finish reason came
 
     def feed(self, data: bytes, now: float) -> None:
         *lines, self.rest = (self.rest + data).split(b"\n")
@@ -136,7 +137,8 @@ class Events:
         if self.timings_field and event.get(self.timings_field):
             done.server = self.engine.timings(event[self.timings_field])
         for choice in event.get("choices") or ():
-            if "text" in choice:
+            completion = "text" in choice  # a completion's event, never a chat's role-only opening chunk
+            if completion:
                 text, reasoning = choice["text"] or "", ""
             else:
                 delta = choice.get("delta") or {}
@@ -145,8 +147,11 @@ class Events:
             ids = choice.get("token_ids")
             tokens = len(ids) if ids is not None else None
             if choice.get("finish_reason"):
-                done.finish_reason = choice["finish_reason"]
-            if not (text or reasoning or tokens):  # e.g. the role-only opening chunk of a chat
+                done.finish_reason, self.finished = choice["finish_reason"], t
+                completion = False  # the closing event: its text, if any, is taken below; an empty one is no token
+            # A completion's event of empty text is a token whose text is empty (a special token, or bytes of a
+            # character still incomplete): its time counts (5 of 272 one-token answers had no first-token time).
+            if not (text or reasoning or tokens or (completion and tokens is None)):
                 continue
             if self.on_chunk is not None:
                 self.on_chunk()
@@ -292,6 +297,9 @@ def finish(route: Route, reader: Reader, events: Events) -> Completion:
         raise EndpointError(f"Lost the connection to {shown}: the stream ended without a finish reason "
                             f"after {events.chunks} chunks.")
     done.total_s = reader.ended - events.sent
+    if done.ttft_s is None and done.completion_tokens and events.finished is not None:
+        # Every token came with the closing event, none before it: that is when the client saw them.
+        done.add_chunk(events.finished, "", "", done.completion_tokens)
     if done.completion_tokens == len(done.chunk_tokens) and None in done.chunk_tokens:
         # No token ids came back (llama-server sends none), but as many chunks as the server counted tokens: each
         # chunk held exactly one. Any other count leaves the chunks' tokens unknown, never guessed.

@@ -9,6 +9,7 @@ import base64
 import json
 import socket
 import statistics
+import time
 
 import pytest
 
@@ -194,3 +195,29 @@ def test_a_server_that_is_not_openai_is_named_so_in_one_sentence_and_no_run_fold
     assert said.startswith(f"{url} is not an OpenAI-compatible server: ")
     assert ("POST" if lists_models else "GET") in said and "<" not in said and said.count(". ") == 0
     assert not (tmp_path / "outputs").exists()
+
+
+class _Silent(FakeHandler):
+    """One-token answers whose token's text is empty, as llama-server sent 5 of 272 on the H200 (a real server
+    cannot be made to pick such a token on purpose). `each` sends the token's own event of empty text, then the
+    closing event; `closing` sends only the closing event, the usage in it."""
+
+    def do_POST(self):
+        model = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["model"]
+        self.start_stream()
+        usage = {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}
+        if model == "each":
+            self.event({"choices": [{"index": 0, "text": "", "finish_reason": None}]})
+            time.sleep(0.05)
+        self.event({"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": usage})
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+@pytest.mark.parametrize("model", ["each", "closing"])
+def test_a_first_token_of_empty_text_is_timed(model):
+    with serve(_Silent) as url:
+        done = Endpoint(url, model).complete("hello", max_tokens=1)
+    assert done.completion_tokens == 1 and done.text == "" and done.ttft_s is not None
+    assert done.chunk_tokens == [1] and done.ttft_s <= done.total_s
+    if model == "each":  # timed at the token's own event, 50 ms before the closing one
+        assert done.total_s - done.ttft_s >= 0.04

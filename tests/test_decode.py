@@ -306,6 +306,21 @@ def test_no_claim_about_intervals_where_the_table_shows_none():
         assert ("Too few clean requests for a 95% interval" in text) == (per_length == 5)
 
 
+def test_a_request_without_a_decode_speed_is_counted_and_named_not_dropped_silently():
+    records = [{"seq": k, "prompt_length": 111, "rep": k, "prompt_tokens": 111, "completion_tokens": 150,
+                "decode_tokens": 149, "ttft_s": 0.1, "decode_s": 149 / 8.5, "decode_tokens_per_s": 8.5,
+                "server": {"decode_s": 149 / 8.5, "spec_decode": {}, "unchecked": []}} for k in range(4)]
+    records[2] |= {"completion_tokens": 1, "decode_tokens": 0, "decode_s": 0.0, "decode_tokens_per_s": None,
+                   "server": {"decode_s": None, "spec_decode": {}, "unchecked": []}}  # stopped after one token
+    df = decode.frame(records)
+    study = types.SimpleNamespace(limit=bandwidth.limit(load_model("qwen3.8-27b"), load_hardware("gb10")),
+                                  model=load_model("qwen3.8-27b"))
+    table = decode.summarize(df, study)
+    assert table.loc[111, "n"] == 3
+    (said,) = [f for f in decode.findings(df, table, study.limit, "gb10") if "no decode speed" in f.text]
+    assert "1 request(s)" in said.text and "seq 2 (111 tokens, rep 2)" in said.text and said.about == (111,)
+
+
 def test_a_speculative_model_without_counters_has_no_limit_and_says_so():
     model = load_model("flash-next")
     study = types.SimpleNamespace(limit=bandwidth.limit(model, load_hardware("gb10")), model=model)

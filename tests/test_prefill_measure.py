@@ -58,3 +58,14 @@ def test_counters_missing_for_some_requests_only_are_named_so():
     assert prefill.summarize(prefill.frame(recs)).loc[100, "cache hit %"] is None  # unknown, not 0 %
     counted = [f for f in _findings([record(100, 0.1)], prefill.CacheCount(100, 0)) if "Prefix cache" in f.text]
     assert counted[0].level == "info" and "100 prompt tokens looked up, 0 found" in counted[0].text
+
+
+def test_a_request_without_a_first_token_time_is_counted_and_named_not_dropped_silently():
+    recs = [record(n, 0.1 + n / 1e4, rep=i) | {"seq": k} for k, (n, i) in enumerate(
+        (n, i) for n in (100, 300) for i in range(3))]
+    recs[4] |= {"ttft_s": None}  # as 5 of 272 one-token answers on the H200 came back
+    df = prefill.frame(recs)
+    assert prefill.summarize(df).loc[300, "n"] == 2  # left out of the figures...
+    (said,) = [f for f in _findings(recs, prefill.CacheCount(1, 0)) if "no first-token time" in f.text]
+    assert said.level == "warning" and "1 request(s)" in said.text and said.about == (300,)
+    assert "seq 4 (300 tokens, rep 1)" in said.text  # ...and named, as the tables show it

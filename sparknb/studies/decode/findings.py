@@ -7,7 +7,7 @@ import pandas as pd
 
 from ...bandwidth import FAR_BELOW, IMPOSSIBLE, Limit
 from ...report import Finding, info, warning
-from ...study import AUTO_FIRST, capped, drifts
+from ...study import AUTO_FIRST, capped, drifts, named
 from ...verdict import MIN_SAMPLES
 from .tables import BURST, SPREAD, clean
 
@@ -35,6 +35,12 @@ def _about_requests(df: pd.DataFrame) -> list[Finding]:
     if dropped:
         notes.append(warning(f"{dropped} request(s) were left out because another client used the server "
                              "meanwhile; see the 'interference' column of the records."))
+    unmeasured = df[df["interference"].isna() & df["decode_tok_s"].isna()]
+    if len(unmeasured):
+        notes.append(warning(f"{len(unmeasured)} request(s) have no decode speed and are left out of every figure: "
+                             f"{named(unmeasured)}. Their answers gave no time between a first and a last token, or "
+                             "no token count (usage); their records keep what the server sent.",
+                             _lengths(unmeasured["prompt_length"])))
     unchecked = sorted(set(df["unchecked"].dropna())) if "unchecked" in df else []
     if unchecked:
         notes.append(warning(f"The server's counters could not be read for: {'; '.join(unchecked)}. Those "

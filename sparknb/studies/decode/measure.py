@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ...prompts import PromptMaker
-from ...study import Schedule, Study
+from ...study import Schedule, Study, rep_label
 from .plan import Plan
 from .tables import frame, timing
 
@@ -32,7 +32,7 @@ def sweep(study: Study, plan: Plan) -> tuple[pd.DataFrame, dict[int, str]]:
             t = timing(rec)
             if rep >= 0:
                 order.add(length, None if rec["interference"] else t["decode_tok_s"])
-            print(f"[{k}/{order.planned}] {length} tokens, {'warmup' if rep < 0 else f'rep {rep + 1}'}: "
+            print(f"[{k}/{order.planned}] {length} tokens, {rep_label(rep)}: "
                   f"TTFT {_ms(rec['ttft_s'])}, decode {_speed(t)}"
                   + (f"  !! {rec['interference']}" if rec["interference"] else ""), flush=True)
     stopped = order.stopped()

@@ -39,6 +39,7 @@ def frame(records: list[dict]) -> pd.DataFrame:
         rows.append({
             "seq": r.get("seq"),
             "prompt_length": r["prompt_length"],
+            "rep": r.get("rep"),
             "prompt_tokens": r["prompt_tokens"],
             "completion_tokens": r["completion_tokens"],
             "decode_tokens": r["decode_tokens"],

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ...engines import Engine
 from ...report import Finding, as_records, duration, info, warning
-from ...study import capped, drifts
+from ...study import capped, drifts, named
 from ...verdict import MIN_SAMPLES
 from .compare import Comparison
 from .fit import Fit
@@ -60,6 +60,11 @@ def _about_requests(df: pd.DataFrame, plan: Plan) -> list[Finding]:
     if dropped:
         notes.append(warning(f"{dropped} request(s) were left out because another client used the server "
                              "meanwhile; see the 'interference' column of the records."))
+    untimed = df[df["interference"].isna() & df["ttft_s"].isna()]
+    if len(untimed):
+        notes.append(warning(f"{len(untimed)} request(s) have no first-token time and are left out of every figure: "
+                             f"{named(untimed)}. The server's stream ended without a token the client could time; "
+                             "their records keep what it sent.", tuple(sorted({int(n) for n in untimed["prompt_length"]}))))
     unknown = df["cache_hits"].isna().sum()
     if unknown:
         notes.append(warning(f"{UNCHECKED} for {unknown} of {len(df)} measured request(s): the server's counters "

@@ -18,7 +18,7 @@ from ... import metrics
 from ...errors import CacheHitError
 from ...prompts import PromptMaker
 from ...report import Finding, duration, info, warning
-from ...study import Schedule, Study
+from ...study import Schedule, Study, rep_label
 from .plan import Plan
 from .tables import frame
 
@@ -85,7 +85,7 @@ def sweep(study: Study, plan: Plan, lengths: Sequence[int],
             )
             if rep >= 0:
                 order.add(length, None if rec["interference"] else rec["ttft_s"])
-            print(f"[{k}/{order.planned}] {length} tokens, {'warmup' if rep < 0 else f'rep {rep + 1}'}: "
+            print(f"[{k}/{order.planned}] {length} tokens, {rep_label(rep)}: "
                   + _line(rec), flush=True)
             if not plan.allow_cache_hits:
                 check_no_cache_hits([rec])
@@ -126,7 +126,7 @@ def check_no_cache_hits(records: Sequence[dict], cache: CacheCount | None = None
     hit = [r for r in records if ((r.get("server") or {}).get("prefix_cache_hits") or 0) > 0]
     if not hit and not (cache and cache.hits):
         return
-    lines = [f"{r.get('prompt_length')}-token prompt, {'warmup' if r.get('warmup') else 'rep ' + str(r.get('rep', 0) + 1)}: "
+    lines = [f"{r.get('prompt_length')}-token prompt, {rep_label(-1 if r.get('warmup') else r.get('rep', 0))}: "
              f"{r['server']['prefix_cache_hits']:g} of {r['server'].get('prefix_cache_queries') or 0:g} prompt tokens "
              "from the cache" for r in hit[:5]]
     more = f" (and {len(hit) - 5} more)" if len(hit) > 5 else ""
