@@ -13,7 +13,7 @@ import yaml
 
 from . import campaign, manifest
 from .errors import ParamsError, SparknbError
-from .execute import run_notebook, seal_interrupted
+from .execute import Interrupted, run_notebook, seal_interrupted
 from .params import load_model
 from .redaction import redact
 from .signing import NAMESPACE, allowed_signers
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     except (SparknbError, OSError) as e:  # known failures carry a message meant for the user
         print(f"sparknb {args.command}: {redact(str(e))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"sparknb {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"sparknb {args.command}: {e if isinstance(e, Interrupted) else 'interrupted (Ctrl-C)'}", file=sys.stderr)
         return 130
     return 0

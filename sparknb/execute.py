@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from . import manifest
+from . import interrupt, manifest
 from .errors import ExecuteError, SparknbError
 from .plan import BY_SPARKNB, Plan
 from .redaction import redact
@@ -25,11 +25,19 @@ from .study import ENV_PREFIX
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C (or a stop sent to a box) during a run; `folder` is the run sealed as failed halfway, if one began."""
+    """Ctrl-C (or a stop sent to a box) during a run; `folder` is the run sealed as failed halfway, if one began,
+    or sealed whole where `complete` (the Ctrl-C came after its last request, and its analysis was let finish)."""
 
-    def __init__(self, folder: Path | None = None) -> None:
+    def __init__(self, folder: Path | None = None, complete: bool = False) -> None:
         super().__init__()
-        self.folder = folder
+        self.folder, self.complete = folder, complete
+
+    def __str__(self) -> str:
+        if self.folder is None:
+            return f"{interrupt.REASON} before the run opened; nothing was measured"
+        if self.complete:
+            return f"{interrupt.REASON} after the last request: the run is complete and sealed in {self.folder}"
+        return f"{interrupt.REASON}; every record taken is kept, sealed as failed halfway, in {self.folder}"
 
 
 def notebook_path(name: str) -> Path:
@@ -154,11 +162,12 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
                                                     "seal": False}
     os.environ.update(secrets)  # the kernel inherits them; gone again once it has ended
     try:
-        papermill.execute_notebook(str(source), str(executed), parameters=injected, log_output=True,
-                                   progress_bar=False)  # in the caller's folder: relative paths mean what they say
+        with interrupt.handled() as stop:  # Ctrl-C interrupts the kernel's cell, never tears the kernel down
+            papermill.execute_notebook(str(source), str(executed), parameters=injected, log_output=True,
+                                       progress_bar=False, kernel_manager_class=stop.kernel_class)
     except (papermill.PapermillExecutionError, KeyboardInterrupt) as e:
         interrupted = not isinstance(e, papermill.PapermillExecutionError) or e.ename == "KeyboardInterrupt"
-        why = "interrupted (Ctrl-C)" if interrupted else f"{e.ename}: {e.evalue}"
+        why = interrupt.REASON if interrupted else f"{e.ename}: {e.evalue}"
         if not (folder / CLAIM).exists():  # it failed its checks: nothing was measured, nothing to keep
             shutil.rmtree(folder)
             if interrupted:
@@ -173,6 +182,8 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
         for variable in secrets:
             os.environ.pop(variable, None)
     close(folder, executed)
+    if stop.after_measuring:  # sealed whole, analysis and all; a campaign stops after it all the same
+        raise Interrupted(folder, complete=True)
     return folder
 
 

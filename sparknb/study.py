@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from . import bandwidth, census, energy, fingerprint, guard, metrics, probe, stats, stream, telemetry
+from . import bandwidth, census, energy, fingerprint, guard, interrupt, metrics, probe, stats, stream, telemetry
 from .client import Completion, Endpoint, ServerInfo
 from .errors import ParamsError
 from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
@@ -98,6 +98,7 @@ class Study:
         except BaseException as e:
             self.fail(e)
             raise
+        interrupt.measured()  # every request is recorded: a Ctrl-C from here on lets the analysis finish
         records = self.records()[taken:]
         if records:
             self.windows.append(energy.window(f"{self.notebook} requests", before, energy.read(), records,
@@ -107,7 +108,8 @@ class Study:
         """Mark the run as failed halfway, let go of the lock and seal it; every record stays."""
         if self.run.sealed or (self.run.path / FAILURE).exists():
             return
-        reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        reason = (error if isinstance(error, str) else interrupt.REASON if isinstance(error, KeyboardInterrupt)
+                  else f"{type(error).__name__}: {error}")
         records = self.records()
         self.run.write_json(FAILURE, {"failed_halfway": True, "reason": reason, "records": len(records),
                                       "errors": sum("error" in r for r in records)})

@@ -1,0 +1,81 @@
+"""Ctrl-C during a notebook's run: the kernel is interrupted, never torn down under a cell, and a run whose
+requests are all taken finishes its analysis first.
+
+Without this, papermill's client took the KeyboardInterrupt itself and shut the kernel down while its cell was
+still answering: the kernel printed a ZMQ traceback ('Socket operation on non-socket') and the study recorded
+'KeyboardInterrupt: ' as its reason. Here the first Ctrl-C goes to the kernel as an interrupt (the signal
+Jupyter sends), so the cell ends the way a failure does: the study seals what it took, with the reason
+"interrupted (Ctrl-C)". Where the study has already said that its last request is recorded (`measured`),
+the first Ctrl-C waits for the analysis instead, a few seconds of tables, and the run is sealed whole. A
+second Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+REASON = "interrupted (Ctrl-C)"
+MEASURED = "SPARKNB_MEASURED"  # a file the study creates once every request is recorded (see `measured`)
+
+
+def measured() -> None:
+    """Called by a study once its last request is recorded: a Ctrl-C from now on lets the analysis finish."""
+    path = os.environ.get(MEASURED)
+    if path:
+        Path(path).touch()
+
+
+class Stop:
+    """What the Ctrl-Cs during one run asked for: `asked` (any), `after_measuring` (the analysis was let finish).
+    `kernel_class` is the kernel manager papermill is to use, so that the kernel to interrupt is known."""
+
+    def __init__(self) -> None:
+        from jupyter_client import AsyncKernelManager
+
+        self.kernel = None
+        self.marker = Path(tempfile.mkdtemp(prefix="sparknb-run-")) / "measured"
+        self.asked = self.after_measuring = False
+        stop = self
+
+        class Watched(AsyncKernelManager):
+            def __init__(self, **kwargs) -> None:
+                super().__init__(**kwargs)
+                stop.kernel = self
+
+        self.kernel_class = Watched
+
+    def __call__(self, signum, frame) -> None:
+        pgid = getattr(getattr(self.kernel, "provisioner", None), "pgid", None)
+        if self.asked or pgid is None:  # a second Ctrl-C, or no kernel yet: stop here and now
+            raise KeyboardInterrupt
+        self.asked = True
+        if self.marker.exists():
+            self.after_measuring = True
+            print("Ctrl-C: every request is recorded; the analysis finishes first (Ctrl-C again to stop at once).",
+                  file=sys.stderr, flush=True)
+            return
+        os.killpg(pgid, signal.SIGINT)  # as Jupyter interrupts a kernel: its cell raises KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def handled() -> Iterator[Stop]:
+    """Around one papermill run (in the main thread; elsewhere Ctrl-C is not this thread's to take)."""
+    stop = Stop()
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, stop) if main else None
+    os.environ[MEASURED] = str(stop.marker)
+    try:
+        yield stop
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+        os.environ.pop(MEASURED, None)
+        stop.marker.unlink(missing_ok=True)
+        stop.marker.parent.rmdir()

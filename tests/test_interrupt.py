@@ -1,0 +1,58 @@
+"""Ctrl-C during `sparknb run`, as a terminal sends it (SIGINT to the command's process group), against the real
+llama-server test bed (ready in a second, where vLLM's CPU build takes minutes): once in the middle of the
+requests, once after the last one, while the analysis runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from sparknb.run import read_records, verify
+
+DECODE = ["-p", "model", "tiny-dense-llamacpp", "-p", "prompt_lengths", "[32, 64]", "-p", "repetitions", "3",
+          "-p", "warmup", "0", "-p", "output_tokens", "16"]
+
+
+def interrupted(tmp_path, server, when: str) -> tuple[int, str]:
+    """`sparknb run decode` stopped by Ctrl-C as soon as a line containing `when` is printed: its exit code and
+    everything it printed."""
+    command = [sys.executable, "-m", "sparknb", "run", "decode", *DECODE, "-p", "endpoint", server.url,
+               "--outputs", str(tmp_path / "outputs")]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if when in line:
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    rest, _ = proc.communicate(timeout=120)
+    return proc.returncode, "".join(seen) + rest
+
+
+@pytest.mark.server
+def test_ctrl_c_mid_run_seals_every_record_with_a_plain_reason_and_no_traceback(tmp_path, tiny_dense_llama):
+    code, printed = interrupted(tmp_path, tiny_dense_llama, "[3/6]")
+    (folder,) = (tmp_path / "outputs" / "decode").iterdir()
+    assert code == 130 and f"interrupted (Ctrl-C); every record taken is kept, sealed as failed halfway, in {folder}" \
+        in printed
+    assert "Traceback" not in printed and "ZMQError" not in printed
+    assert json.loads((folder / "failure.json").read_text())["reason"] == "interrupted (Ctrl-C)"
+    assert len(read_records(folder)) >= 3 and verify(folder) == []
+
+
+@pytest.mark.server
+def test_ctrl_c_after_the_last_request_keeps_the_analysis(tmp_path, tiny_dense_llama):
+    code, printed = interrupted(tmp_path, tiny_dense_llama, "6 requests done.")
+    (folder,) = (tmp_path / "outputs" / "decode").iterdir()
+    assert code == 130 and "after the last request: the run is complete" in printed and "Traceback" not in printed
+    assert not (folder / "failure.json").exists() and verify(folder) == []
+    summary = json.loads((folder / "summary.json").read_text())
+    assert len(summary["table"]) == 2 and "Median decode speed" in (folder / "report.html").read_text()
+    for r in read_records(folder):  # each progress line counts `rep` as the records and tables do
+        assert f"[{r['seq']}/6] {r['prompt_length']} tokens, rep {r['rep']}:" in printed
