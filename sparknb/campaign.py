@@ -20,7 +20,7 @@ from typing import Protocol
 
 from .client import Endpoint
 from .errors import ParamsError, RunError, SparknbError
-from .execute import parameter_problems, run_notebook
+from .execute import Interrupted, parameter_problems, run_notebook
 from .params import CampaignParams, load_campaign, load_model
 from .plan import BY_SPARKNB, BY_THE_CAMPAIGN, Plan
 from .redaction import redact
@@ -246,6 +246,11 @@ def _run_cell(cell: Cell, endpoint: str | None, record: Run, outputs: str | Path
     t0 = time.monotonic()
     try:
         folder = run_notebook(cell.notebook, cell.notebook_parameters(endpoint), outputs)
+    except Interrupted as e:
+        if e.complete:  # Ctrl-C after its last request: the cell is done, and the campaign stops after it
+            record.record({"cell": cell.key, "status": "done", "run": str(e.folder), "notebook": cell.notebook,
+                           "model": cell.model, "seconds": time.monotonic() - t0})
+        raise
     except SparknbError as e:
         seconds = time.monotonic() - t0
         record.record({"cell": cell.key, "status": "failed", "reason": str(e), "seconds": seconds})
