@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, PrivateAttr, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, PrivateAttr, ValidationError
 
 from . import manifest
 from .errors import DataError, ParamsError, SparknbError
@@ -46,8 +46,15 @@ def _repetitions(value: Any) -> int | str:
 # Measured requests per setting: a count, or "auto" (until the median's interval is narrow enough; study.Schedule).
 Repetitions = Annotated[int | Literal["auto"], PlainValidator(_repetitions)]
 
+def _named(runs: list[str]) -> list[str]:
+    if not all(r.strip() for r in runs):
+        raise ValueError(f"name run folders or run ids, not blanks; got {runs!r}")
+    return runs
+
+
 # Earlier runs named by a notebook parameter: `sparknb run -p compare_with RUN` gives one as a plain string.
-RunIds = Annotated[list[str], BeforeValidator(lambda v: ([v] if v.strip() else []) if isinstance(v, str) else v)]
+RunIds = Annotated[list[str], BeforeValidator(lambda v: ([v] if v.strip() else []) if isinstance(v, str) else v),
+                   AfterValidator(_named)]
 
 PAST = ("resume_from", "compare_with")  # the parameters that name earlier runs, read by build()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from ... import plan
 from ...client import Endpoint, ServerInfo
@@ -31,13 +31,6 @@ class Plan(plan.Sweep):
     allow_cache_hits: Annotated[bool, COMPARED] = Field(False, description="true or false")
     compare_with: Annotated[plan.RunIds, IGNORED] = Field(
         [], description="run folders or run ids of earlier prefill runs")
-
-    @field_validator("compare_with")
-    @classmethod
-    def _named(cls, runs: list[str]) -> list[str]:
-        if not all(r.strip() for r in runs):
-            raise ValueError(f"compare_with must name run folders or run ids of earlier prefill runs; got {runs!r}")
-        return runs
 
     @model_validator(mode="after")
     def _lengths_fit_a_line(self) -> Plan:
