@@ -200,7 +200,8 @@ class PastRun:
     records: list[dict]
     summary: dict | None
     failure: dict | None  # what stopped it, for a run sealed after failing halfway
-    manifest_sha256: str = ""  # its manifest as it was read: what a run that reads it pins (inputs.json)
+    manifest_sha256: str = ""  # its manifest as it was read: what a run that reads it pins (settings.inputs)
+    seal: str = ""  # its seal's verdict as it was read (manifest.Seal.verdict): intact, signed by whom, or not
 
     @property
     def id(self) -> str:
@@ -253,7 +254,8 @@ def _read_one(value: str, notebook: str | None, what: str, outputs: str | Path) 
     if notebook and params.get("notebook") != notebook:
         return (f"{what} {value!r}: {path.name} is a {params.get('notebook')!r} run, not a {notebook} run; only "
                 f"{notebook} runs measured the same thing.")
-    problems = verify(path)
+    seal = manifest.check(path)
+    problems = list(seal.problems)
     if problems:
         return (f"{what} {value!r}: {path.name} does not match its seal ({'; '.join(problems)}). Its numbers cannot "
                 "be trusted: compare with an intact run, or seal an interrupted one with `sparknb seal FOLDER`.")
@@ -262,7 +264,7 @@ def _read_one(value: str, notebook: str | None, what: str, outputs: str | Path) 
         return (f"{what} {value!r}: {path.name} has no fingerprint.json; without it nobody can tell whether it ran "
                 "on the same box and server build.")
     return PastRun(path, params, fingerprint, read_records(path), _json(path / "summary.json"),
-                   _json(path / FAILURE), manifest.digest(path))
+                   _json(path / FAILURE), manifest.digest(path), seal.verdict)
 
 
 def read_past(values: str | Sequence[str], notebook: str | None, *, what: str = "compare_with",
