@@ -280,3 +280,25 @@ def test_the_run_browser_offers_the_runs_of_every_study_that_measures_and_nothin
     Run.create("mtp", {"notebook": "mtp"}, run_id="20261204-open", outputs=tmp_path)  # never sealed
     assert sealed_runs(tmp_path) == [("toy: 20261204-toy", "20261204-toy"), ("decode: 20261204-decode",
                                                                               "20261204-decode")]
+
+
+def test_the_batch_is_set_beside_the_single_stream_speed_of_the_study_that_measures_it(tmp_path):
+    """MMLU-Pro's batch rows find single-stream decode speed through the contract (`speeds`), not by name."""
+    from statistics import median
+
+    from test_compare import decode_run, fingerprint
+
+    from sparknb.studies.mmlu_pro.headline import batch_rows
+    from sparknb.verdict import Runs
+
+    decodes = {name: read_past(str(decode_run(tmp_path, name, speed, fingerprint(), seed=seed).path), "decode")[0]
+               for name, speed, seed in (("dense", 8.9, 2), ("moe", 26.0, 1))}
+    batches = {name: PastRun(tmp_path / name, {"notebook": "mmlu_pro"}, {}, [], {"batch": {
+        "tokens_per_s": tps, "completion_tokens": 9000, "concurrency": 8, "prompt_tokens": 4000, "asked": 40}}, None)
+        for name, tps in (("dense", 40.0), ("moe", 90.0))}
+    rows = batch_rows(Runs({"mmlu_pro": batches, "decode": decodes}, ["dense", "moe"]), "MMLU-Pro")
+    assert [r.figure for r in rows] == ["MMLU-Pro batch tok/s at concurrency 8",
+                                        "single-stream decode tok/s at 111 tokens (batch prompts: 100)"]
+    for name, run in decodes.items():
+        speeds = [149 / r["server"]["decode_s"] for r in run.records if r["prompt_length"] == 111]
+        assert rows[1].values[name] == pytest.approx(median(speeds), rel=1e-3) and rows[1].n[name] == 5

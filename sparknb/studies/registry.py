@@ -24,7 +24,8 @@ ENV = "SPARKNB_STUDIES"  # more study modules, e.g. mylab.studies.gsm8k, separat
 class Contract:
     """What a study declares: its parameters (with their marks), how it measures, its tables and findings, its rows
     of the comparison, its notebook; `order` places its rows in the comparison; `across_models`: it visits every
-    model itself (one cell of a campaign, run with no server up)."""
+    model itself (one cell of a campaign, run with no server up); `speeds`: its runs' single-stream decode speeds,
+    which another study's rows may set their own figures beside, without naming it."""
 
     name: str
     Plan: type[Plan]
@@ -36,6 +37,7 @@ class Contract:
     order: int = 1000
     across_models: bool = False
     notebook: Path | None = None
+    speeds: Callable | None = None  # run -> {prompt length: single-stream tok/s}, for a study that measures those
 
     def __post_init__(self) -> None:
         if self.Plan.study != self.name:

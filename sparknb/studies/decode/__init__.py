@@ -9,14 +9,14 @@ server's time (tables), so a burst is never read as speed.
 from ...study import drifts
 from .compare import compare
 from .findings import findings
-from .headline import headline_rows
+from .headline import headline_rows, speeds
 from .measure import sweep
 from .plan import Plan
 from ..registry import Contract
 from .plots import plot
 from .tables import BURST, SPREAD, frame, share, summarize
 
-STUDY = Contract("decode", Plan, sweep, summarize, findings, headline_rows, order=10)
+STUDY = Contract("decode", Plan, sweep, summarize, findings, headline_rows, order=10, speeds=speeds)
 
 __all__ = ["BURST", "SPREAD", "STUDY", "Plan", "compare", "drifts", "findings", "frame", "headline_rows", "plot",
            "share", "summarize", "sweep"]

@@ -31,6 +31,13 @@ def one_sided(runs: dict[str, PastRun]) -> dict[str, tuple[str, ...]]:
             for s, m in methods.items() if m}
 
 
+def speeds(run: PastRun) -> dict[int, list[float]]:
+    """A run's clean decode tok/s per prompt length: single-stream speed, which another study's rows may set their
+    figures beside (the question batch's throughput)."""
+    f = clean(frame(run.records))
+    return {int(n): g["decode_tok_s"].dropna().tolist() for n, g in f.groupby("prompt_length")} if len(f) else {}
+
+
 def speed_rows(frames: dict[str, pd.DataFrame], base: str, doubts: Callable[[str, int], tuple[str, ...]],
                apart: str = "") -> dict[int, Row]:
     """tok/s at every context length all runs measured: each subject's median, and its ratio to the base's with

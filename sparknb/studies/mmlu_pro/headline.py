@@ -12,6 +12,7 @@ import math
 from ... import sequential, stats
 from ...run import PastRun
 from ...verdict import Row, Runs, caveats, median_row
+from .. import registry
 from .grading import frame
 from .plan import Plan
 
@@ -83,16 +84,15 @@ def batch_rows(runs: Runs, study: str) -> list[Row]:
     rows = [Row("batch", f"{study} batch tok/s at concurrency {batches[base].get('concurrency')}", values,
                 {s: 1 for s in values}, ratios, role="context",
                 note=f"one batch per model, a hint rather than a measurement; generated tokens {tokens} ({same})")]
-    from ..decode.tables import clean, frame as decode_frame
-
-    decodes = runs.of("decode")
+    single = next((c for c in registry.studies().values() if c.speeds), None)  # the study of single-stream speed
+    decodes = runs.of(single.name) if single else {}
     if base in decodes:
         prompt = batches[base].get("prompt_tokens", 0) / max(1, batches[base].get("asked", 1))
-        frames = {s: clean(decode_frame(r.records)) for s, r in decodes.items() if s in values}
-        lengths = sorted(set(frames[base]["prompt_length"])) if len(frames[base]) else []
+        speeds = {s: single.speeds(r) for s, r in decodes.items() if s in values}
+        lengths = sorted(speeds[base])
         if lengths:
             length = min(lengths, key=lambda x: abs(x - prompt))
-            samples = {s: f[f["prompt_length"] == length]["decode_tok_s"].dropna().tolist() for s, f in frames.items()}
+            samples = {s: at.get(length, []) for s, at in speeds.items()}
             rows.append(median_row("batch", f"single-stream decode tok/s at {length:,} tokens (batch prompts: "
                                    f"{prompt:,.0f})", samples, base, role="context",
                                    note="beside the batch row: how much batching narrows the gap"))
