@@ -149,7 +149,7 @@ def project(project_dir: Path) -> dict:
 def _server(server: dict) -> dict:
     """The server as reported, plus dtype and quantization: as its engine read them from the server (llama-server's
     GGUF file type), else from the weights' own config where we can read it."""
-    result = dict(server)
+    result = dict(server) | {"settings": _settings(server)}
     facts = server.get("facts") or {}
     if facts.get("dtype"):
         result["dtype"], result["quantization"] = facts["dtype"], facts.get("quantization", "not stated")
@@ -164,6 +164,25 @@ def _server(server: dict) -> dict:
     quant = config.get("quantization_config")
     result["quantization"] = (quant.get("quant_method", "not stated") if isinstance(quant, dict) else "none")
     return result
+
+
+def _settings(server: dict) -> dict | None:
+    """What moves a CPU server's speed (threads, batch, slots), read from its command line where it runs on this
+    machine: two runs of one model on llama-server differed 1.92x in batch speed with nothing recorded to say why.
+    None for an engine that names no such options; {"unknown": why} where the command line cannot be read."""
+    from urllib.parse import urlsplit
+
+    from . import engines
+    from .serving.processes import LOCAL_HOSTS, listener_command
+
+    engine = engines.ENGINES.get(server.get("engine") or "")
+    if engine is None or not engine.speed_flags or not isinstance(server.get("url"), str):
+        return None
+    parts = urlsplit(server["url"])
+    argv = listener_command(parts.port) if parts.hostname in LOCAL_HOSTS and parts.port else None
+    if argv is None:
+        return {"unknown": "the server's command line could not be read (not on this machine, or another user's)"}
+    return engine.settings(argv)
 
 
 def _weights_config(root: Any) -> dict | None:
@@ -265,6 +284,7 @@ FACETS: dict[str, Callable[[dict], dict]] = {
                           "CUDA driver": fp.get("gpu", {}).get("cuda_driver_version")},
     "server version": lambda fp: {"server": fp.get("server", {}).get("version")},
     "speculative decoding": lambda fp: {"speculative": _speculative(fp.get("server", {}).get("speculative"))},
+    "server settings": lambda fp: fp.get("server", {}).get("settings") or {},
     "model build": lambda fp: {"weights": fp.get("server", {}).get("root"),
                                "dtype": fp.get("server", {}).get("dtype"),
                                "quantization": fp.get("server", {}).get("quantization")},
@@ -286,7 +306,8 @@ def differences(mine: dict, theirs: dict, facets: Iterable[str] = tuple(FACETS))
     out = {}
     for facet in facets:
         a, b = FACETS[facet](mine), FACETS[facet](theirs)
-        diffs = [f"{k} {a[k]!r} vs {b[k]!r}" for k in a if a[k] != b[k]]
+        diffs = [f"{k} {a.get(k, 'default')!r} vs {b.get(k, 'default')!r}" for k in dict.fromkeys([*a, *b])
+                 if a.get(k, "default") != b.get(k, "default")]
         if diffs:
             out[facet] = diffs
     return out

@@ -129,6 +129,9 @@ def test_decode_seals_with_exact_prompt_lengths_and_the_servers_own_time(served,
     assert all(r["server"]["per_request"]["prompt_tokens"] == r["prompt_tokens"] for r in records)  # the server's count
     gaps = [abs(r["decode_s"] / r["server"]["decode_s"] - 1) for r in records]
     assert statistics.median(gaps) < 0.01, gaps
+    settings = json.loads((folder / "fingerprint.json").read_text())["server"]["settings"]  # read from its command line
+    assert settings["threads"] == "1" and settings["slots"] == str(real_models.PARALLEL)
+    assert settings.get("no repack", False) == ("--no-repack" in server.target.start)
 
 
 @pytest.mark.server
@@ -165,4 +168,4 @@ def test_a_draft_model_loaded_but_never_used_is_said(served, tmp_path):
                                                "prompt_set": str(prompts), "kinds": ["json"], "repetitions": 1,
                                                "temperature": 0.0, "output_tokens": 32, "random_filler": False})
     text = " ".join(f["text"] for f in json.loads((folder / "summary.json").read_text())["findings"])
-    assert "drafted nothing in 1 request(s)" in text and "--spec-type draft-simple" in text
+    assert "A draft model is loaded" in text and "never drafts" in text and "--spec-type draft-simple" in text

@@ -30,9 +30,22 @@ class Engine:
     log: ModuleType | None = None  # the reader of its start-up log (serving.startup_log or serving.llama_log)
     untimed: tuple[str, ...] = ()  # the server-time columns of the tables it never fills (not a missing counter)
     idle_draft = ""  # why a server set to speculate may draft nothing at all, and the fix
+    # Its command line's options that move its speed (threads, batch, slots, speculation): option -> name
+    speed_flags: Mapping[str, str] = {}
 
     def recognises(self, answer: Any) -> bool:
         return False
+
+    def settings(self, argv: list[str]) -> dict[str, str | bool]:
+        """The speed_flags its command line sets, by name (a switch as True); an option left out is its default."""
+        found: dict[str, str | bool] = {}
+        for i, word in enumerate(argv):
+            option, _, inline = word.partition("=")
+            if option in self.speed_flags:
+                following = argv[i + 1] if i + 1 < len(argv) else ""
+                found[self.speed_flags[option]] = inline or (following if following and not following.startswith(
+                    "--") and not (following.startswith("-") and not following[1:2].isdigit()) else True)
+        return found
 
     def request_fields(self, ignore_eos: bool, max_tokens: int, reuse_prompt: bool) -> dict:
         """The request's fields beyond OpenAI's: a fixed answer length (`ignore_eos`), and whether the server

@@ -52,14 +52,30 @@ class LlamaCpp(Engine):
         "llamacpp:spec_decode_num_draft_tokens_total": metrics.DRAFT_TOKENS,
         "llamacpp:spec_decode_num_accepted_tokens_total": metrics.ACCEPTED,
     }
+    speed_flags = {
+        **dict.fromkeys(("-t", "--threads"), "threads"), **dict.fromkeys(("-tb", "--threads-batch"), "threads batch"),
+        **dict.fromkeys(("-b", "--batch-size"), "batch"), **dict.fromkeys(("-ub", "--ubatch-size"), "ubatch"),
+        **dict.fromkeys(("-np", "--parallel"), "slots"), **dict.fromkeys(("-c", "--ctx-size"), "context"),
+        **dict.fromkeys(("-nr", "--no-repack"), "no repack"), **dict.fromkeys(("-fa", "--flash-attn"), "flash attention"),
+        **dict.fromkeys(("-cb", "--cont-batching"), "continuous batching"),
+        **dict.fromkeys(("-nocb", "--no-cont-batching"), "no continuous batching"),
+        **dict.fromkeys(("-C", "--cpu-mask"), "cpu mask"), **dict.fromkeys(("-Cr", "--cpu-range"), "cpu range"),
+        "--poll": "poll", "--prio": "priority", "--numa": "numa", "--mlock": "mlock",
+        **dict.fromkeys(("-ctk", "--cache-type-k"), "cache type k"),
+        **dict.fromkeys(("-ctv", "--cache-type-v"), "cache type v"),
+        **dict.fromkeys(("-cram", "--cache-ram"), "cache ram"),
+        **dict.fromkeys(("-td", "--threads-draft", "--spec-draft-threads"), "draft threads"),
+        **dict.fromkeys(("-md", "--model-draft", "--spec-draft-model"), "draft model"),
+        "--spec-type": "speculative type", "--spec-draft-n-max": "draft tokens",
+    }
     timings_field = "timings"
     api_key_variable = "LLAMA_API_KEY"
     process_name = "llama-server"
     log = llama_log
     untimed = ("server TTFT ms", "server queue ms")  # it times the prompt, not the request from its arrival
     idle_draft = ("llama-server loads a draft model given by --model-draft but drafts with it only under "
-                  "--spec-type draft-simple (its default is none; its /slots say speculative either way): add it. "
-                  "With --spec-type ngram-simple a step drafts only where the text repeats a run of 12 tokens")
+                  "--spec-type draft-simple (its default is none): add it. With --spec-type ngram-simple a step "
+                  "drafts only where the text repeats a run of 12 tokens")
 
     def recognises(self, answer: Any) -> bool:
         return isinstance(answer, dict) and ("build_info" in answer or "default_generation_settings" in answer)

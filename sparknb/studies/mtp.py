@@ -204,12 +204,7 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, study: Study, speculative: b
                           "counters either way.", tuple(sorted(set(bursts["kind"])))))
     if table.empty:
         return notes + [info("No clean measurement was taken.")]
-    drafts = df.loc[df["excluded"].isna(), "drafts"].dropna()
-    if speculative and len(drafts) and drafts.sum() == 0:
-        why = study.endpoint.engine.idle_draft if study.endpoint else ""
-        notes.append(warning(f"The server is set to speculate, but drafted nothing in {len(drafts)} request(s): "
-                             "every step made one token, so this run measured no speculative decoding. "
-                             + (why + "." if why else "Check how the server was started.")))
+    notes += _idle_draft(df, study, speculative)
     if not speculative and study.model.speculative:
         notes.append(warning(f"The model's params name speculative decoding ({study.model.speculative}), but the "
                              "server exposes no speculative-decoding counters: tokens per step are unknown."))
@@ -240,6 +235,22 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, study: Study, speculative: b
     if short:
         notes.append(info(f"Answers of {short} were shorter than {SHORT_ANSWER} tokens: those rows are less precise."))
     return notes
+
+
+def _idle_draft(df: pd.DataFrame, study: Study, speculative: bool) -> list[Finding]:
+    """A draft model loaded but never asked (its command line says so), or a server set to speculate that drafted
+    nothing in any request: either way this run measured no speculative decoding."""
+    why = study.endpoint.engine.idle_draft if study.endpoint else ""
+    settings = (study.fingerprint.get("server") or {}).get("settings") or {}
+    if settings.get("draft model") and settings.get("speculative type") in (None, "none"):
+        return [warning(f"A draft model is loaded ({settings['draft model']}) but no speculative type is set, so it "
+                        f"never drafts: every step made one token. {why}.")]
+    drafts = df.loc[df["excluded"].isna(), "drafts"].dropna()
+    if speculative and len(drafts) and drafts.sum() == 0:
+        return [warning(f"The server is set to speculate, but drafted nothing in {len(drafts)} request(s): every "
+                        "step made one token, so this run measured no speculative decoding. "
+                        + (why + "." if why else "Check how the server was started."))]
+    return []
 
 
 def _median(values: pd.Series) -> float | None:
