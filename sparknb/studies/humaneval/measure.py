@@ -1,30 +1,25 @@
-"""Asking and grading: every answer not reused, `concurrency` requests at a time, each run in the sandbox as it arrives.
+"""Asking and grading: every answer not reused, through the graded batch, each run in the sandbox as it arrives.
 
-The requests go out through stream.batch (the asyncio client MMLU-Pro and the load study use). An
-answer is handed to a pool of `sandboxes` threads, each of which runs one program at a time in a
-child process; the answer, its code, verdict and reason go to disk as one record the moment the
-verdict is in. A failed request stops new ones: the answers in flight are awaited and graded, then
-it raises. On Ctrl-C the answers not yet graded are kept too, unmarked, and `resume_from` asks them again.
+An answer is handed to one of `sandboxes` grader threads, each of which runs one program at a time in
+a child process; the answer, its code, verdict and reason go to disk as one record the moment the
+verdict is in. What the sandbox cost is counted here, from those records.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from ... import stream
 from ...client import Completion
-from ...errors import StudyError
 from ...study import Study
-from ..mmlu_pro.measure import Batch, _batch, _counted
+from ..batch.ask import Batch, Questions
+from ..batch.ask import ask as ask_all
 from .data import Problem
 from .grading import Grade, frame, grade
-from .plan import Plan, Work
+from .plan import Item, Plan, Work
 from .prompt import chat, completion
 
 
@@ -74,104 +69,23 @@ def _record(problem: Problem, sample: int, done: Completion, g: Grade | None, or
             **verdict, **timing}
 
 
-@dataclass
-class _Tally:
-    """What the answers so far add up to; added to from the sandbox threads, under the lock."""
+def questions(work: Work) -> Questions:
+    """The answers still to ask for, as the batch asks them: each graded in the sandbox, `sandboxes` at a time."""
+    plan = work.plan
 
-    answered: int = 0
-    passed: int = 0
-    tokens: int = 0
-    prompt_tokens: int = 0
-    unknown: int = 0  # answers without usage: their tokens, and so the batch's, are unknown
-    request_s: float = 0.0
-    failures: int = 0
-    first_error: str | None = None
+    def graded(item: Item, done: Completion, order: int) -> dict:
+        problem, sample = item
+        g = grade(problem, plan.style, done.text, done.finish_reason, plan.stop, work.sandbox)
+        return _record(problem, sample, done, g, order)
 
-    def add(self, rec: dict) -> None:
-        self.answered += 1
-        self.passed += bool(rec["passed"])
-        self.unknown += rec["completion_tokens"] is None or rec["prompt_tokens"] is None
-        self.tokens += rec["completion_tokens"] or 0
-        self.prompt_tokens += rec["prompt_tokens"] or 0
-        self.request_s += rec["total_s"] or 0.0
-
-    def line(self, total: int, elapsed: float, rec: dict) -> str:
-        return (f"[{self.answered}/{total}] {self.passed} passed so far; {self.tokens} tokens in {elapsed:.0f} s; "
-                f"last: {rec['problem']}, {rec['reason']}" + (f" ({rec['flag']})" if rec.get("flag") else ""))
+    return Questions(work.todo(), lambda item: _request(item[0], plan), graded,
+                     lambda item: {"problem": item[0].id, "sample": item[1]}, "passed", "passed",
+                     lambda rec: f"{rec['problem']}, {rec['reason']}", "graded answer(s)", plan.sandboxes,
+                     lambda item, done, order: _record(item[0], item[1], done, None, order))
 
 
 def ask(study: Study, work: Work, log: Callable[[str], None] = print) -> Asked:
     """Ask and grade every answer not reused, inside study.measuring(): a failure (Ctrl-C too) seals the run
     as failed halfway with every record taken."""
-    with study.measuring():
-        asked = _ask(study, work, log)
-    if work.longest is None:
-        return asked
-    return replace(asked, batch=replace(asked.batch, longest_prompt_question=work.longest[0],
-                                        longest_prompt_tokens=work.longest[1]))
-
-
-def _ask(study: Study, work: Work, log: Callable[[str], None]) -> Asked:
-    plan, run, lock = work.plan, study.run, threading.Lock()
-    for rec in work.reused:
-        run.record({**rec, "resumed_from": work.resumed.id})
-    todo = work.todo()
-    total, step = len(todo), max(1, math.ceil(len(todo) / 40))
-    if work.reused:
-        log(f"{len(work.reused)} graded answer(s) reused from {work.resumed.id}; asking the other {total}")
-    tally, pending, t0 = _Tally(), {}, time.perf_counter()
-
-    def graded(index: int, answer: Completion) -> None:  # on a sandbox thread
-        problem, sample = todo[index]
-        rec = _record(problem, sample, answer, grade(problem, plan.style, answer.text, answer.finish_reason,
-                                                     plan.stop, work.sandbox), index)
-        with lock:
-            run.record(rec)
-            tally.add(rec)
-            if tally.answered % step == 0 or tally.answered == total:
-                log(tally.line(total, time.perf_counter() - t0, rec))
-
-    def done(outcome: stream.Outcome) -> None:  # on the batch's own thread
-        problem, sample = todo[outcome.index]
-        if outcome.error is not None:
-            with lock:
-                tally.failures += 1
-                tally.first_error = tally.first_error or outcome.error
-                run.record({"problem": problem.id, "sample": sample, "order": outcome.index, "error": outcome.error})
-            return
-        pending[pool.submit(graded, outcome.index, outcome.answer)] = outcome
-
-    before = study.endpoint.metrics()
-    cpu0 = time.process_time()
-    pool = ThreadPoolExecutor(plan.sandboxes, thread_name_prefix="humaneval-sandbox")
-    try:
-        stream.batch(study.streaming(), [_request(p, plan) for p, _ in todo], plan.concurrency, done,
-                     stop_on_error=True)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-        wait(pending)  # on the futures: a thread's join interrupted by Ctrl-C can return early when asked again
-    except BaseException:
-        _keep_ungraded(pending, todo, run, lock)
-        wait(pending)  # the programs running now end within their timeout, and are recorded
-        raise
-    finally:
-        pool.shutdown(wait=False)
-    lag = time.perf_counter() - t0 - wall
-    broken = [f.exception() for f in pending if f.exception() is not None]
-    if broken:
-        raise StudyError(f"Grading failed for {len(broken)} answer(s), the first with {broken[0]!r}; the answers "
-                         f"graded are in {run.path}.") from broken[0]
-    if tally.first_error is not None:
-        raise StudyError(f"{tally.failures} request(s) failed, the first with {tally.first_error}. The "
-                         f"{tally.answered} answers received are graded and recorded in {run.path}; to finish, run "
-                         f"again with resume_from={run.id!r}.")
-    batch = _batch(tally, work, wall, cpu, _counted(study.endpoint, before, tally.answered))
+    batch, lag = ask_all(study, work, questions(work), log)
     return Asked(batch, cost(study.records(), work.sandbox.level, lag))
-
-
-def _keep_ungraded(pending: dict[Future, stream.Outcome], todo: list, run, lock: threading.Lock) -> None:
-    """Answers whose grading had not started when the run stopped: recorded as they came, without a verdict."""
-    for future, outcome in list(pending.items()):
-        if future.cancel():
-            problem, sample = todo[outcome.index]
-            with lock:
-                run.record(_record(problem, sample, outcome.answer, None, outcome.index))
