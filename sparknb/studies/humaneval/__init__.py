@@ -20,17 +20,14 @@ from .grading import (
                       REASONS,
                       Answer,
                       Grade,
-                      Traps,
-                      examples_markdown,
                       extract,
                       flag,
                       frame,
                       grade,
                       program,
                       strip_thinking,
-                      traps,
-                      verdict_markdown,
 )
+from .traps import Traps, examples_markdown, traps, verdict_markdown
 from .measure import Asked, Cost, ask, cost
 from .plan import NOTEBOOK, Plan, Work, prepare, prompt_tokens
 from ..registry import Contract

@@ -14,7 +14,8 @@ from ... import stats
 from ...errors import DataError
 from ..mmlu_pro.compare import BatchSpeed, batch_speed
 from ..mmlu_pro.measure import Batch
-from .grading import Traps, frame, traps
+from .grading import frame
+from .traps import Traps, traps
 from .plan import Work
 
 

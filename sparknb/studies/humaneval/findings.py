@@ -8,7 +8,7 @@ from ... import sandbox as sb
 from ...report import Finding, as_records, duration, info, warning
 from ..mmlu_pro.measure import Batch
 from .compare import Comparison, needed_text
-from .grading import Traps
+from .traps import Traps
 from .measure import Asked, Cost
 from .plan import Work
 from .scores import Scores

@@ -3,8 +3,8 @@
 Three ways this benchmark lies, each made impossible to miss here:
 - The classic stop strings (`\\ndef`, `\\nclass`, `\\nif`, `\\nprint`, `\\n#`, from the Codex paper) fire
   inside a reasoning model's thinking, which vLLM cuts too, and inside a chat answer's code block:
-  the answer ends before its code. None are sent by default; `traps` counts the answers cut by a stop
-  string or at max_tokens, and marks the score.
+  the answer ends before its code. None are sent by default; the traps count the answers cut by a stop
+  string or at max_tokens, and mark the score.
 - An answer with no code at all is not a wrong program: it is counted apart, as "no code".
 - A program that exits early, is killed or prints "passed" is not a pass: only the sandbox's proof that
   the checks ran to their end is.
@@ -21,15 +21,13 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from ... import sandbox as sb
-from ..mmlu_pro.grading import verdict_markdown  # the same verdict, from this study's Traps
+from ..batch.traps import CUT_BY_STOP, HIT_MAX_TOKENS
 from .data import Problem
 
 CLASSIC_STOPS = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 PYTHON_TAGS = ("python", "py", "python3", "")
 FENCE = re.compile(r"```([^\n`]*)\n(.*?)(```|\Z)", re.S)
 
-CUT_BY_STOP = "cut by a stop string"
-HIT_MAX_TOKENS = "hit max_tokens"
 NO_CODE = "no code"
 CUT = "cut"
 REASONS = (sb.PASSED, sb.ASSERTION, sb.ERROR, sb.TIMEOUT, sb.MEMORY, sb.OUTPUT, sb.EXITED, sb.KILLED, NO_CODE, CUT)
@@ -141,88 +139,3 @@ def frame(records: Sequence[dict]) -> pd.DataFrame:
             for r in records if is_graded(r)]
     df = pd.DataFrame(rows, columns=COLUMNS)
     return df.drop_duplicates(["problem", "sample"], keep="last").reset_index(drop=True)
-
-
-@dataclass(frozen=True)
-class Traps:
-    """What the raw answers say about whether the score can be believed."""
-
-    n: int
-    counts: dict[str, int]
-    share_limit: float
-    stop: tuple[str, ...]
-    examples: list[dict]
-    cut_after: int = 0  # completion-style answers cut after generation at a classic stop string
-
-    @property
-    def suspect(self) -> int:
-        return sum(self.counts.values())
-
-    @property
-    def tripped(self) -> bool:
-        return self.n > 0 and self.suspect > self.share_limit * self.n
-
-    @property
-    def level(self) -> str:
-        return "warning" if self.tripped else "info"
-
-    def headline(self) -> str:
-        if not self.n:
-            return "No answer was graded, so nothing can be judged."
-        parts = ", ".join(f"{k}: {v}" for k, v in self.counts.items() if v)
-        if self.tripped:
-            text = (f"{self.suspect} of {self.n} answers ({100 * self.suspect / self.n:.0f}%) cannot be taken at face "
-                    f"value ({parts}); above {100 * self.share_limit:.0f}%, the score below is marked SUSPECT.")
-            if self.counts.get(CUT_BY_STOP):
-                text += (f" Stop strings {list(self.stop)} were set: vLLM applies them inside a reasoning model's "
-                         "thinking and inside a chat answer's code block. Run with stop=[] to check.")
-            elif self.counts.get(HIT_MAX_TOKENS):
-                text += " Answers cut at max_tokens end before their code: raise max_tokens if the model allows."
-            elif self.counts.get(NO_CODE):
-                text += " Answers without a fenced Python block: read the examples below; the model may answer in prose."
-        else:
-            text = (f"The raw answers look sound: {self.suspect} of {self.n} are cut or have no code"
-                    + (f" ({parts})" if parts else "") + f", within the {100 * self.share_limit:.0f}% allowed.")
-            if self.stop:
-                text += f" Stop strings {list(self.stop)} are set: they also apply inside reasoning."
-        if self.cut_after:
-            text += (f" {self.cut_after} completion(s) were cut after generation at a classic stop string, as the "
-                     "original benchmark cuts them.")
-        return text + " An answer without code counts as failed, apart from wrong ones."
-
-    def as_dict(self) -> dict:
-        return asdict(self) | {"suspect": self.suspect, "tripped": self.tripped, "headline": self.headline()}
-
-
-def traps(records: Sequence[dict], stop: Sequence[str] = (), share_limit: float = 0.05, n_examples: int = 3) -> Traps:
-    """Count the answers cut by a stop string, cut at max_tokens, or without code; keep raw examples."""
-    counts = {CUT_BY_STOP: 0, HIT_MAX_TOKENS: 0, NO_CODE: 0}
-    examples, n, cut_after = [], 0, 0
-    for r in records:
-        if not is_graded(r):
-            continue
-        n += 1
-        cut_after += "cut after generation" in (r.get("how") or "")
-        if r.get("flag") in counts:
-            counts[r["flag"]] += 1
-            if len(examples) < n_examples:
-                examples.append({"problem": str(r["problem"]), "why": r["flag"], "finish_reason": r.get("finish_reason"),
-                                 "completion_tokens": r.get("completion_tokens"),
-                                 "reasoning_end": _tail(r.get("reasoning", "")), "content_end": _tail(r.get("text", ""))})
-    return Traps(n, counts, share_limit, tuple(stop), examples, cut_after)
-
-
-def _tail(text: str, n: int = 240) -> str:
-    text = text or ""
-    return text if len(text) <= n else "..." + text[-n:]
-
-
-def examples_markdown(t: Traps) -> str:
-    out = []
-    for e in t.examples:
-        out.append(f"**{e['problem']}**: {e['why']}, finish_reason `{e['finish_reason']}`, "
-                   f"{e['completion_tokens']} tokens")
-        for part in ("reasoning_end", "content_end"):
-            body = e[part].replace("```", "'''") if e[part] else "(empty)"
-            out.append(f"{part.replace('_', ' ')}:\n```\n{body}\n```")
-    return "\n\n".join(out)

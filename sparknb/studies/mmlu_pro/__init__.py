@@ -16,16 +16,13 @@ from .grading import (
                       NO_ANSWER_LINE,
                       Extraction,
                       Grade,
-                      Traps,
                       answered,
-                      examples_markdown,
                       extract,
                       flag,
                       frame,
                       grade,
-                      traps,
-                      verdict_markdown,
 )
+from .traps import Traps, examples_markdown, traps, verdict_markdown
 from .measure import Batch, ask
 from .plan import NOTEBOOK, Plan, Work, prepare, prompt_tokens
 from ..registry import Contract

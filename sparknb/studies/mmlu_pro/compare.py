@@ -9,7 +9,8 @@ import pandas as pd
 from ... import stats
 from ...errors import DataError
 from ...run import PastRun
-from .grading import Traps, frame, traps
+from .grading import frame
+from .traps import Traps, traps
 from .measure import Batch
 from .plan import Work
 

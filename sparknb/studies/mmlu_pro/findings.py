@@ -6,7 +6,7 @@ import pandas as pd
 
 from ...report import Finding, as_records, duration, info, warning
 from .compare import BatchSpeed, Comparison, needed_text
-from .grading import Traps
+from .traps import Traps
 from .measure import Batch
 from .plan import Work
 from .scores import Scores

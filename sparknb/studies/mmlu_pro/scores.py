@@ -8,7 +8,7 @@ import pandas as pd
 
 from ... import stats
 from ...errors import DataError
-from .grading import Traps
+from .traps import Traps
 from .plan import Work
 
 

@@ -1,0 +1,48 @@
+"""HumanEval's traps: answers cut by a stop string or at max_tokens, or without code, as recorded when graded."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..batch import traps as batch
+from ..batch.traps import CUT_BY_STOP, HIT_MAX_TOKENS, examples_markdown, verdict_markdown
+from .grading import NO_CODE, is_graded
+
+__all__ = ["Traps", "examples_markdown", "traps", "verdict_markdown"]
+
+
+@dataclass(frozen=True)
+class Traps(batch.Traps):
+    """What the raw answers say about whether the score can be believed."""
+
+    cut_after: int = 0  # completion-style answers cut after generation at a classic stop string
+
+    NOTHING = "No answer was graded, so nothing can be judged."
+    SCORE = "score below is"
+    LACKS = "have no code"
+    ENDS_BEFORE = "their code"
+    STOP_CUTS = "and inside a chat answer's code block"
+
+    def why(self) -> str:
+        if super().why() or not self.counts.get(NO_CODE):
+            return super().why()
+        return " Answers without a fenced Python block: read the examples below; the model may answer in prose."
+
+    def coda(self) -> str:
+        after = (f" {self.cut_after} completion(s) were cut after generation at a classic stop string, as the "
+                 "original benchmark cuts them." if self.cut_after else "")
+        return after + " An answer without code counts as failed, apart from wrong ones."
+
+    def title(self, example: dict) -> str:
+        return example["problem"]
+
+
+def traps(records: Sequence[dict], stop: Sequence[str] = (), share_limit: float = 0.05, n_examples: int = 3) -> Traps:
+    """Count the answers cut by a stop string, cut at max_tokens, or without code; keep raw examples."""
+    count = batch.Count({CUT_BY_STOP: 0, HIT_MAX_TOKENS: 0, NO_CODE: 0}, n_examples)
+    cut_after = 0
+    for r in filter(is_graded, records):
+        cut_after += "cut after generation" in (r.get("how") or "")
+        count.add(r, r.get("flag"), problem=str(r["problem"]))
+    return Traps(count.n, count.counts, share_limit, tuple(stop), count.examples, cut_after)
