@@ -6,8 +6,8 @@ import pandas as pd
 
 from ... import sandbox as sb
 from ...report import Finding, as_records, duration, info, warning
-from ..mmlu_pro.measure import Batch
-from .compare import Comparison, needed_text
+from ..batch.findings import batch_findings, comparison_findings
+from .compare import Comparison
 from .traps import Traps
 from .measure import Asked, Cost
 from .plan import Work
@@ -36,11 +36,9 @@ def findings(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, asked: As
     if asked is not None:
         notes.append(_cost(asked.cost))
         if asked.batch.asked:
-            notes.append(_batch(asked.batch))
-            if asked.batch.interference:
-                notes.append(warning(f"{asked.batch.interference}."))
+            notes += batch_findings(asked.batch, " (programs ran alongside)")
     if cmp is not None:
-        notes += _comparison(cmp)
+        notes += comparison_findings(cmp)
     return notes
 
 
@@ -59,41 +57,6 @@ def _cost(c: Cost) -> Finding:
     cpu = "n/a" if c.cpu_median_s is None else duration(c.cpu_median_s)
     return info(f"The sandbox ({c.level}) ran {c.programs} program(s): {duration(c.wall_median_s)} wall and {cpu} CPU "
                 f"per program (medians), {duration(c.wall_total_s)} wall in all{lag}.")
-
-
-def _batch(b: Batch) -> Finding:
-    speed = "n/a (the server gave no token counts)" if b.tokens_per_s is None else f"{b.tokens_per_s:.1f}"
-    tokens = "an unknown number of" if b.completion_tokens is None else str(b.completion_tokens)
-    return info(f"{b.asked} requests at concurrency {b.concurrency} took {duration(b.wall_s)} and generated {tokens} "
-                f"tokens: {speed} tok/s for the batch (programs ran alongside). Batched throughput is not "
-                "single-stream speed.")
-
-
-def _comparison(c: Comparison) -> list[Finding]:
-    d = c.difference
-    detect = d.low > 0 or d.high < 0
-    notes = [
-        info(f"{c.a} against {c.b} on the same {c.pairs.n} problems (first answers): pass@1 {c.pass_a.points()} and "
-             f"{c.pass_b.points()}; difference {d.points(signed=True)} (95%, Bonett-Price, paired)."),
-        info(f"They disagree on {c.pairs.discordant} problems ({c.pairs.a_only} only {c.a} passed, {c.pairs.b_only} "
-             f"only {c.b}); McNemar's exact test p = {c.test.pvalue:.3g}. "
-             + ("The difference is detectable at this size." if detect else
-                "No detectable difference at this size: that is not evidence the two are equal.")),
-        (warning if c.beyond_data else info)(needed_text(c)[0].upper() + needed_text(c)[1:] + "."),
-    ]
-    if c.speed is not None and c.speed.ratio is not None:
-        notes.append(info(f"Batch throughput, from each run's own figures: {c.speed.a_tokens_per_s:.1f} tok/s here, "
-                          f"{c.speed.b_tokens_per_s:.1f} there ({c.speed.ratio:.2f}x), at concurrency "
-                          f"{c.speed.a_concurrency} and {c.speed.b_concurrency}; the two generated "
-                          f"{c.speed.a_tokens} and {c.speed.b_tokens} tokens. Measure decode speed with the decode "
-                          "notebook before reading this as a ratio between the models."))
-    if c.b_traps.tripped:
-        notes.append(warning(f"the other run's raw answers are suspect too: {c.b_traps.suspect} of {c.b_traps.n} are cut "
-                             "or have no code (" + ", ".join(f"{k}: {v}" for k, v in c.b_traps.counts.items() if v) + ")."))
-    if c.settings_differ:
-        notes.append(info("The runs differ in: " + "; ".join(f"{k} ({v['a']!r} here, {v['b']!r} there)"
-                                                            for k, v in c.settings_differ.items()) + "."))
-    return notes
 
 
 def summary(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, asked: Asked | None,
