@@ -8,6 +8,19 @@ from .ask import Batch
 from .compare import BatchSpeed, Paired, needed_text
 
 
+def coverage(asked_for: int, graded: int, work, what: str = "questions", figures: str = "the speed figures"
+             ) -> list[Finding]:
+    """What the scores leave out (answers never graded) and what they took from an earlier run (`work.reused`)."""
+    notes = []
+    if asked_for > graded:
+        notes.append(warning(f"{asked_for - graded} of the {asked_for} {what} have no graded answer (stopped or "
+                             "failed); the scores cover the graded ones only. Finish with resume_from."))
+    if work.reused:
+        notes.append(info(f"{len(work.reused)} graded answer(s) were reused from run {work.resumed.id}; only the "
+                          f"others were asked, and only those count in {figures}."))
+    return notes
+
+
 def batch_findings(b: Batch, aside: str = "", cached: str = "") -> list[Finding]:
     """The batch's speed, its longest prompt, the client's share of the time, the prefix cache (`cached`: why
     prompts share a prefix) and anything else that used the server meanwhile."""

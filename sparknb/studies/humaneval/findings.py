@@ -6,7 +6,7 @@ import pandas as pd
 
 from ... import sandbox as sb
 from ...report import Finding, as_records, duration, info, warning
-from ..batch.findings import batch_findings, comparison_findings
+from ..batch.findings import batch_findings, comparison_findings, coverage
 from .compare import Comparison
 from .traps import Traps
 from .measure import Asked, Cost
@@ -25,14 +25,7 @@ def findings(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, asked: As
         notes.append(info(f"{s.no_code} answer(s) had no code and {s.cut} were cut short; both count as failed, "
                           "apart from the wrong ones. A vendor's figure comes from its own prompt and sampling: "
                           "compare runs measured alike, not a run with a model card."))
-    asked_for = len(work.items())
-    missing = asked_for - len(df)
-    if missing:
-        notes.append(warning(f"{missing} of the {asked_for} answers asked for have no verdict (stopped or failed); "
-                             "the scores cover the graded ones only. Finish with resume_from."))
-    if work.reused:
-        notes.append(info(f"{len(work.reused)} graded answer(s) were reused from run {work.resumed.id}; only the "
-                          "others were asked and run, and only those count in the speed and cost figures."))
+    notes += coverage(len(work.items()), len(df), work, "answers asked for", "the speed and cost figures")
     if asked is not None:
         notes.append(_cost(asked.cost))
         if asked.batch.asked:

@@ -1,11 +1,11 @@
 """The tables a reader scans: verdicts by reason beside the compared run, the failures, what the sandbox cost, and
-the batch (MMLU-Pro's table: the same asyncio batch)."""
+the batch's figures."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ..mmlu_pro.tables import batch_table
+from ..batch.tables import batch_table
 from .grading import REASONS
 from .measure import Cost
 

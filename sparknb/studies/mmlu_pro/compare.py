@@ -3,32 +3,18 @@ two batches' speed, each from its own numbers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pandas as pd
 
-from ... import stats
 from ...errors import DataError
-from ..batch.compare import BatchSpeed, Paired, batch_speed, comparison_markdown, needed_text, paired
 from ..batch.ask import Batch
+from ..batch.compare import BatchSpeed, Paired, batch_speed, comparison_markdown, needed_text, paired
 from .grading import frame
 from .plan import Work
 from .traps import traps
 
 __all__ = ["BatchSpeed", "Comparison", "batch_speed", "compare", "comparison_markdown", "needed_text"]
 
-
-@dataclass(frozen=True)
-class Comparison(Paired):
-    """This run (A) against another (B) on the same questions."""
-
-    @property
-    def accuracy_a(self) -> stats.Interval:
-        return self.rate_a
-
-    @property
-    def accuracy_b(self) -> stats.Interval:
-        return self.rate_b
+Comparison = Paired  # the batch's paired comparison, in its own words: questions, right and wrong
 
 
 def compare(df: pd.DataFrame, work: Work, label: str, batch: Batch | None = None) -> Comparison:
@@ -38,8 +24,8 @@ def compare(df: pd.DataFrame, work: Work, label: str, batch: Batch | None = None
         raise DataError("compare needs compare_with: the folder or run id of another mmlu_pro run.")
     stop_b = tuple(other.settings.get("stop") or ())
     theirs = frame(other.records, stop_b)
-    pairs = paired(dict(zip(df["question_id"], df["correct"])),
-                         dict(zip(theirs["question_id"], theirs["correct"])), other.id, "question(s)")
+    pairs = paired(dict(zip(df["question_id"], df["correct"])), dict(zip(theirs["question_id"], theirs["correct"])),
+                   other.id, "question(s)")
     return Comparison.of(pairs, label, other, work.plan.target_half_width,
                          traps(other.records, stop_b, work.plan.trap_share),
                          work.plan.differences(work.settings(), other.settings), batch_speed(batch, other))

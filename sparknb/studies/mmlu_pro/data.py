@@ -6,8 +6,6 @@ leading space. Every option is stripped on loading, and the loader says how many
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...errors import DataError
+from ..batch.data import jsonl, sha256
 
 LETTERS = "ABCDEFGHIJ"
 FILES = {"test": "test-00000-of-00001.parquet", "validation": "validation-00000-of-00001.parquet"}
@@ -106,10 +105,6 @@ def _read_split(path: Path, split: str) -> tuple[list[Question], list[str]]:
     return questions, notes
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def load(source: str = "hub") -> Dataset:
     """MMLU-Pro from the dataset hub ("hub", cached after the first download) or from a folder
     holding its two parquet files; "auto": the hub's copy where it is cached or can be fetched at once,
@@ -139,7 +134,7 @@ def load_folder(folder: Path, source: str) -> Dataset:
     test, test_notes = _read_split(folder / FILES["test"], "test")
     validation, val_notes = _read_split(folder / FILES["validation"], "validation")
     return Dataset("MMLU-Pro", "hub" if source in ("", "hub") else str(folder), tuple(test), tuple(validation),
-                   {name: _sha256(folder / name) for name in FILES.values()}, tuple(test_notes + val_notes))
+                   {name: sha256(folder / name) for name in FILES.values()}, tuple(test_notes + val_notes))
 
 
 def download(folder: str | Path = "", timeout: float = 120) -> Path:
@@ -173,17 +168,8 @@ def load_suite(path: str | Path) -> Dataset:
     if not file.is_file():
         raise DataError(f"No suite file at {file}. Write one JSON object a line: "
                         '{"question": "...", "options": ["...", "..."], "answer": "B", "category": "math"}')
-    questions, seen = [], set()
-    for number, line in enumerate(file.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{file.name} line {number}"
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where} is not JSON ({e.msg}); each line must be one JSON object.") from None
-        if not isinstance(item, dict):
-            raise DataError(f"{where} must be a JSON object with question, options and answer.")
+    questions = []
+    for where, qid, item in jsonl(file, file.read_text(), "question, options and answer", "id"):
         absent = [k for k in ("question", "options", "answer") if k not in item]
         if absent:
             raise DataError(f"{where} lacks {absent}; each line needs question, options (a list) and answer "
@@ -196,15 +182,11 @@ def load_suite(path: str | Path) -> Dataset:
         if answer not in LETTERS[:len(options)]:
             raise DataError(f"{where}: answer must be one of {', '.join(LETTERS[:len(options)])} (the right "
                             f"option's letter); got {item['answer']!r}.")
-        qid = str(item.get("id", f"{file.stem}:{number}"))
-        if qid in seen:
-            raise DataError(f"{where}: id {qid!r} is used twice; ids must be unique.")
-        seen.add(qid)
-        questions.append(Question(qid, str(item.get("category", "general knowledge")), str(item["question"]),
-                                  options, answer))
+        questions.append(Question(qid, str(item.get("category", "general knowledge")), str(item["question"]), options,
+                                  answer))
     if not questions:
         raise DataError(f"{file} holds no questions.")
-    return Dataset(f"suite {file.name}", str(file), tuple(questions), (), {file.name: _sha256(file)})
+    return Dataset(f"suite {file.name}", str(file), tuple(questions), (), {file.name: sha256(file)})
 
 
 def draw(dataset: Dataset, per_category: int = 20, seed: int = 0) -> list[Question]:

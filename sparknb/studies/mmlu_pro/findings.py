@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...report import Finding, as_records, info, warning
+from ...report import Finding, as_records, info
 from ..batch.ask import Batch
-from ..batch.findings import batch_findings, comparison_findings
+from ..batch.findings import batch_findings, comparison_findings, coverage
 from .compare import Comparison
 from .traps import Traps
 from .plan import Work
@@ -27,13 +27,7 @@ def findings(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, batch: Ba
                                         "move the number."))
         notes.append(info(f"{s.unparsed} of {s.n} answers could not be parsed; they count as wrong (the reference "
                           "scripts would have scored them as random guesses)."))
-    missing = len(work.questions) - len(df)
-    if missing:
-        notes.append(warning(f"{missing} of the {len(work.questions)} questions have no answer (stopped or failed); "
-                             "the scores cover the answered ones only. Finish with resume_from."))
-    if work.reused:
-        notes.append(info(f"{len(work.reused)} answer(s) were reused from run {work.resumed.id}; only the others "
-                          "were asked, and only those count in the speed figures."))
+    notes += coverage(len(work.questions), len(df), work)
     for note in work.dataset.notes:  # questions that are not MMLU-Pro's are marked first, never passed off as it
         if note.startswith("NOT MMLU-Pro"):
             notes.insert(0, Finding("marked", note))
