@@ -9,6 +9,7 @@ the studies' findings report prompts that were not the length asked for.
 from __future__ import annotations
 
 import functools
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,20 @@ def locate(name: str) -> str:
     return name
 
 
-@functools.lru_cache(maxsize=8)
+_LOADING = threading.Lock()
+
+
 def load(name: str) -> LocalTokenizer:
-    """Loaded once per process; offline lookups only (a hub id must already be in the cache)."""
+    """Loaded once per process, by one thread at a time: threads importing transformers at once (a batch
+    measuring its prompts, eight at a time) see its lazy module half made, and all but one failed with
+    "cannot import name 'AutoTokenizer'" (transformers 5.19). Offline lookups only (a hub id must already be
+    in the cache)."""
+    with _LOADING:
+        return _load(name)
+
+
+@functools.lru_cache(maxsize=8)
+def _load(name: str) -> LocalTokenizer:
     try:
         from transformers import AutoTokenizer
     except ImportError as e:
