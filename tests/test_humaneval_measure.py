@@ -261,17 +261,31 @@ def test_samples_give_pass_at_k_by_the_unbiased_estimator(tmp_path):
     assert summary["pass_at_1"]["method"].startswith("unbiased estimator")
 
 
+def _status(pid: str) -> str:
+    try:
+        return open(f"/proc/{pid}/status").read()
+    except OSError:
+        return ""
+
+
+def _ours(status: str) -> bool:
+    """A process below this one: another test process's sandboxed program on the same machine is not ours to wait on."""
+    while status:
+        parent = status.split("PPid:\t")[1].split()[0]
+        if int(parent) == os.getpid():
+            return True
+        status = _status(parent) if int(parent) > 1 else ""
+    return False
+
+
 def _interrupt_once_a_program_runs(deadline_s: float = 120.0) -> None:
     """Ctrl-C to this process once a sandboxed program (running as a uid of its own) has been alive a moment: on a busy
     machine a fixed delay can fire before the first program starts, and then there is nothing to interrupt."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         for entry in os.listdir("/proc"):
-            try:
-                status = open(f"/proc/{entry}/status").read() if entry.isdigit() else ""
-            except OSError:
-                continue
-            if status and int(status.split("Uid:\t")[1].split()[0]) in sb.UIDS:
+            status = _status(entry) if entry.isdigit() else ""
+            if status and int(status.split("Uid:\t")[1].split()[0]) in sb.UIDS and _ours(status):
                 time.sleep(0.5)
                 os.kill(os.getpid(), signal.SIGINT)
                 return
