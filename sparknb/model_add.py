@@ -19,7 +19,7 @@ import yaml
 
 from . import census, checkpoint, fingerprint, hub_cache, metrics
 from .client import Endpoint
-from .errors import ParamsError
+from .errors import EndpointError, ParamsError
 from .params import load_hardware, load_model, project_root
 
 
@@ -46,7 +46,15 @@ def add(name: str, endpoint: str, *, checkpoint_path: str | None = None, served_
 def _only_model(endpoint: str, key: str | None) -> str:
     import openai
 
-    ids = [m.id for m in openai.OpenAI(base_url=endpoint, api_key=key or "none", timeout=30).models.list().data]
+    try:
+        ids = [m.id for m in openai.OpenAI(base_url=endpoint, api_key=key or "none", timeout=30,
+                                           max_retries=0).models.list().data]
+    except openai.APIStatusError as e:
+        raise EndpointError(f"{endpoint} answered {e.status_code} to GET /models: an OpenAI API's base URL ends in "
+                            "/v1, and a server behind a key needs --api-key-env") from None
+    except openai.APIError as e:
+        raise EndpointError(f"cannot ask {endpoint} which models it serves ({e}): is the server running there?") \
+            from None
     if len(ids) != 1:
         raise ParamsError(f"{endpoint} serves {', '.join(ids) or 'nothing'}: say which with --served-name")
     return ids[0]
