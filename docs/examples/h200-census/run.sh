@@ -2,7 +2,7 @@
 # The H200 session behind docs/examples/h200-census/, in one call on the lent machine, from the repository root
 # the tool copied there:
 #
-#   tar -xOf .device/tree.tar docs/examples/h200-census/run.sh | bash
+#   tar -xOf .device/tree.tar docs/examples/h200-census/run.sh > /tmp/run.sh && DEADLINE_S=575 bash /tmp/run.sh
 #
 # 1. llama-server for sm_90 from the pinned llama.cpp source, and beside it the random F16 GGUF in Qwen3-4B's
 #    shape (docs/examples/h200-llamacpp/make_model.py);
