@@ -204,6 +204,14 @@ def for_model(model, root: str | None = None, server_cache: tuple[str, str] | No
                   "read here, and the params hold none (`sparknb model add` writes one)")
 
 
+def seal(run, model, root: str | None, server_cache: tuple[str, str] | None) -> Census | None:
+    """The census of what the server serves, written into the run (census.json, sealed with it) and printed."""
+    counted, why = for_model(model, root, server_cache)
+    run.write_json("census.json", {"census": counted.as_dict() if counted else None, "how": why})
+    print(f"Byte census ({why}): " + ("; ".join(counted.lines()) if counted else "none"), flush=True)
+    return counted
+
+
 def _readable(path: str | None, base) -> Path | None:
     if not path:
         return None
