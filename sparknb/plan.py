@@ -172,6 +172,21 @@ class Plan(BaseModel):
                             + "). Its answers cannot be mixed into this run: run these settings afresh.")
 
 
+class Prepared:
+    """The work a plan prepares before the first request (e.g. a graded batch's questions): the earlier runs it
+    hands on are the plan's, as read once when it was built. A subclass holds its `plan`."""
+
+    plan: Plan
+
+    @property
+    def resumed(self) -> PastRun | None:
+        return self.plan.resumed
+
+    @property
+    def other(self) -> PastRun | None:
+        return self.plan.other
+
+
 class Sweep(Plan):
     """A sweep's sampling, shared by decode and prefill: requests per setting fixed, or `auto` until the median's
     95% interval is narrow enough (study.Schedule), in an order that spreads drift over every setting."""

@@ -80,7 +80,7 @@ Item = tuple[Problem, int]  # a problem and the number of its sample
 
 
 @dataclass
-class Work:
+class Work(plan.Prepared):
     """Everything decided before the first request: the problems, the sandbox, reused answers."""
 
     plan: Plan
@@ -90,14 +90,6 @@ class Work:
     sandbox: sb.Sandbox
     reused: list[dict] = field(default_factory=list)
     longest: tuple[str, int] | None = None  # (problem, tokens) of the longest prompt to ask, once measured
-
-    @property
-    def resumed(self) -> PastRun | None:
-        return self.plan.resumed
-
-    @property
-    def other(self) -> PastRun | None:
-        return self.plan.other
 
     @property
     def ids(self) -> list[str]:

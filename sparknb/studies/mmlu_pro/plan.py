@@ -60,7 +60,7 @@ class Plan(plan.Plan):
 
 
 @dataclass
-class Work:
+class Work(plan.Prepared):
     """Everything decided before the first request: the questions, their prompts, reused answers."""
 
     plan: Plan
@@ -71,14 +71,6 @@ class Work:
     reused: list[dict] = field(default_factory=list)
     longest: tuple[str, int] | None = None  # (question, tokens) of the longest prompt to ask, once measured
     live: sequential.Live | None = None  # a sequential run against compare_with: stops the batch once decided
-
-    @property
-    def resumed(self) -> PastRun | None:
-        return self.plan.resumed
-
-    @property
-    def other(self) -> PastRun | None:
-        return self.plan.other
 
     @property
     def ids(self) -> list[str]:
