@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from .loops import period
+
 CUT_BY_STOP = "cut by a stop string"
 HIT_MAX_TOKENS = "hit max_tokens"
+LOOPED = "looped until max_tokens"  # cut at max_tokens while repeating itself: more tokens would not finish it
 
 
 @dataclass(frozen=True)
@@ -64,9 +67,13 @@ class Traps:
         if self.counts.get(CUT_BY_STOP):
             return (f" Stop strings {list(self.stop)} were set: vLLM applies them inside a reasoning model's thinking "
                     f"{self.STOP_CUTS}. Run with stop=[] to check.")
+        text = ""
+        if self.counts.get(LOOPED):
+            text += (f" {self.counts[LOOPED]} answer(s) cut at max_tokens were looping, repeating their own text to the "
+                     "end (a loop, not a short answer): raising max_tokens will not finish them.")
         if self.counts.get(HIT_MAX_TOKENS):
-            return f" Answers cut at max_tokens end before {self.ENDS_BEFORE}: raise max_tokens if the model allows."
-        return ""
+            text += f" Answers cut at max_tokens end before {self.ENDS_BEFORE}: raise max_tokens if the model allows."
+        return text
 
     def more(self) -> str:
         """What the study counts beside the cuts, said after the count."""
@@ -94,8 +101,12 @@ class Count:
     examples: list[dict] = field(default_factory=list)
 
     def add(self, record: dict, flag: str | None, **named) -> None:
-        """One finished answer, `flag` saying why it cannot be taken at face value (None: it can)."""
+        """One finished answer, `flag` saying why it cannot be taken at face value (None: it can); an answer cut at
+        max_tokens that repeats itself to the end counts as LOOPED where the study counts loops."""
         self.n += 1
+        loop = period(record.get("text") or record.get("reasoning")) if flag == HIT_MAX_TOKENS else None
+        if loop and LOOPED in self.counts:
+            flag, named = LOOPED, {**named, "loop_period_chars": loop}
         if flag not in self.counts:
             return
         self.counts[flag] += 1

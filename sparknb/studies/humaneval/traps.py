@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..batch import traps as batch
-from ..batch.traps import CUT_BY_STOP, HIT_MAX_TOKENS, examples_markdown, verdict_markdown
+from ..batch.traps import CUT_BY_STOP, HIT_MAX_TOKENS, LOOPED, examples_markdown, verdict_markdown
 from .grading import NO_CODE, is_graded
 
 __all__ = ["Traps", "examples_markdown", "traps", "verdict_markdown"]
@@ -40,7 +40,7 @@ class Traps(batch.Traps):
 
 def traps(records: Sequence[dict], stop: Sequence[str] = (), share_limit: float = 0.05, n_examples: int = 3) -> Traps:
     """Count the answers cut by a stop string, cut at max_tokens, or without code; keep raw examples."""
-    count = batch.Count({CUT_BY_STOP: 0, HIT_MAX_TOKENS: 0, NO_CODE: 0}, n_examples)
+    count = batch.Count({CUT_BY_STOP: 0, HIT_MAX_TOKENS: 0, LOOPED: 0, NO_CODE: 0}, n_examples)
     cut_after = 0
     for r in filter(is_graded, records):
         cut_after += "cut after generation" in (r.get("how") or "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ...report import Finding, as_records, info
+from ..batch import rule_sets
 from ..batch.ask import Batch
 from ..batch.findings import batch_findings, comparison_findings, coverage
 from .compare import Comparison
@@ -27,6 +28,7 @@ def findings(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, batch: Ba
                                         "move the number."))
         notes.append(info(f"{s.unparsed} of {s.n} answers could not be parsed; they count as wrong (the reference "
                           "scripts would have scored them as random guesses)."))
+        notes += [Finding(level, text) for text in rule_sets.sentences(t.harness)]
     notes += coverage(len(work.questions), len(df), work)
     for note in work.dataset.notes:  # questions that are not MMLU-Pro's are marked first, never passed off as it
         if note.startswith("NOT MMLU-Pro"):

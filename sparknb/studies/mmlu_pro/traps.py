@@ -4,10 +4,10 @@ where grading the last match rather than the reference's first decides the grade
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..batch import traps as batch
-from ..batch.traps import CUT_BY_STOP, HIT_MAX_TOKENS, examples_markdown, verdict_markdown
+from ..batch import rule_sets, traps as batch
+from ..batch.traps import CUT_BY_STOP, HIT_MAX_TOKENS, LOOPED, examples_markdown, verdict_markdown
 from .grading import NO_ANSWER_LINE, grade, is_answer
 
 __all__ = ["Traps", "examples_markdown", "traps", "verdict_markdown"]
@@ -21,6 +21,7 @@ class Traps(batch.Traps):
     first_last_differ: int = 0  # answers whose first and last match name different letters
     differ_right_last: int = 0  # of those, right as graded here (last match)
     differ_right_first: int = 0  # of those, right as the reference scripts grade (first match)
+    harness: dict = field(default_factory=dict)  # the answers graded under every rule set (batch.rule_sets.effect)
 
     def more(self) -> str:
         return f" {self.unparsed} answer(s) could not be parsed and count as wrong."
@@ -44,7 +45,7 @@ class Traps(batch.Traps):
 def traps(records: Sequence[dict], stop: Sequence[str] = (), share_limit: float = 0.05, n_examples: int = 3) -> Traps:
     """Count answers cut by a stop string, cut at max_tokens, or missing the answer line; keep raw examples;
     count the answers whose first and last match differ."""
-    count = batch.Count({CUT_BY_STOP: 0, HIT_MAX_TOKENS: 0, NO_ANSWER_LINE: 0}, n_examples)
+    count = batch.Count({CUT_BY_STOP: 0, HIT_MAX_TOKENS: 0, LOOPED: 0, NO_ANSWER_LINE: 0}, n_examples)
     unparsed = differ = right_last = right_first = 0
     for r in filter(is_answer, records):
         g = grade(r["answer"], r.get("text", ""), r.get("finish_reason"), stop)
@@ -55,4 +56,4 @@ def traps(records: Sequence[dict], stop: Sequence[str] = (), share_limit: float 
             right_last += g.pred == r["answer"]
             right_first += g.first == r["answer"]
     return Traps(count.n, count.counts, share_limit, tuple(stop), count.examples, unparsed, differ, right_last,
-                 right_first)
+                 right_first, rule_sets.effect([r for r in records if is_answer(r)]))

@@ -1,0 +1,127 @@
+"""Grading rule sets: one recorded answer graded as lm-evaluation-harness, MMLU-Pro's authors' scripts and sparknb
+grade it, and every answer they grade differently named by why; a cut answer that repeats itself is a loop."""
+
+from sparknb.studies.batch import loops
+from sparknb.studies.batch.rule_sets import (FIRST_LAST, NO_ANSWER_LINE, RULE_SETS, STOP_IN_ANSWER, STOP_IN_REASONING,
+                                             CUT_AT_MAX, classify)
+
+LM, REF, ROBUST = RULE_SETS["lm-eval"], RULE_SETS["reference"], RULE_SETS["robust"]
+
+
+def record(text, answer="B", reasoning="", finish="stop", qid="q1"):
+    return {"question_id": qid, "answer": answer, "text": text, "reasoning": reasoning, "finish_reason": finish}
+
+
+def test_lm_eval_takes_the_first_answer_and_sparknb_the_last():
+    r = record("At first glance the answer is (A). Checking again, the answer is (B).")
+    assert (LM.grade(r).letter, ROBUST.grade(r).letter, REF.grade(r).letter) == ("A", "B", "A")
+    assert classify(r, LM, ROBUST) == FIRST_LAST and classify(r, LM, REF) is None
+
+
+def test_lm_evals_stop_string_inside_the_reasoning_leaves_no_answer():
+    r = record("the answer is (B)", reasoning="Question: what does it ask? Let me restate it.")
+    assert LM.grade(r).letter is None and not LM.grade(r).correct and ROBUST.grade(r).correct
+    assert classify(r, LM, ROBUST) == STOP_IN_REASONING
+
+
+def test_lm_evals_stop_string_cuts_an_answer_that_restates_the_question_before_its_answer_line():
+    r = record("Restating. Question: which is it? Reasoning... so the answer is (B).")
+    assert LM.grade(r).letter is None and ROBUST.grade(r).letter == "B"
+    assert classify(r, LM, ROBUST) == STOP_IN_ANSWER
+
+
+def test_the_reference_falls_back_to_answer_colon_then_the_last_lone_letter_then_a_seeded_guess():
+    assert REF.grade(record("Answer: B\nbecause")).how == "'Answer:'"
+    assert REF.grade(record("I pick C, no, D is it")).letter == "D"
+    guesses = {REF.grade(record("no letter at all here", qid=str(i))).letter for i in range(40)}
+    assert len(guesses) > 3 and REF.grade(record("nothing", qid="7")) == REF.grade(record("nothing", qid="7"))
+    r = record("Answer: B")
+    assert LM.grade(r).letter is None and classify(r, LM, REF) == NO_ANSWER_LINE
+
+
+def test_an_answer_cut_at_max_tokens_is_named_so():
+    r = record("Let me think about B and the options", finish="length")
+    assert classify(r, LM, REF) in (CUT_AT_MAX, None)  # the reference's last lone letter may or may not be right
+    assert classify(record("Thinking about B", finish="length"), LM, REF) == CUT_AT_MAX
+
+
+def test_a_cut_answer_that_repeats_itself_is_a_loop_and_one_that_does_not_is_not():
+    looping = "Let's think. " + "So the answer is (B). " * 12 + "So the ans"
+    assert loops.period(looping) == len("So the answer is (B). ")
+    assert not loops.loops("A long answer that simply ran out of room before it could say which option it wants")
+
+
+def _lm_eval_task() -> dict:
+    """lm-evaluation-harness's own mmlu_pro task file, as installed (its `!function` tags read as their names)."""
+    import importlib.resources
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+    text = importlib.resources.files("lm_eval").joinpath("tasks/mmlu_pro/_default_template_yaml").read_text()
+    return yaml.load(text, Loader)
+
+
+TEXTS = [
+    "the answer is (A). On reflection the answer is (B).",
+    "No letter stated outright.\nAnswer: C",
+    "Step one. Question: is it D? the answer is (D)",
+    "**the answer is (E)**",
+    "the answer is F without parentheses, then the answer is (G)",
+    "",
+]
+
+
+def test_the_lm_eval_rule_set_is_lm_evaluation_harness_own_stop_and_extraction():
+    """Its task file's stop strings and pattern, and its own regex and take-first filters on the same texts."""
+    from lm_eval.filters.extraction import RegexFilter
+    from lm_eval.filters.selection import TakeFirstFilter
+
+    task = _lm_eval_task()
+    assert tuple(task["generation_kwargs"]["until"]) == LM.stop
+    (regex, first) = task["filter_list"][0]["filter"]
+    assert (regex["function"], first["function"]) == ("regex", "take_first")
+    theirs_filter = RegexFilter(regex_pattern=regex["regex_pattern"])
+    for text in TEXTS:
+        r = record(text)
+        visible = text.split("Question:")[0]  # what the server returns when it is sent `until` as stop strings
+        (theirs,) = TakeFirstFilter().apply(theirs_filter.apply([[visible]], [{}]), [{}])
+        assert (LM.grade(r).letter or "[invalid]") == theirs, text
+
+
+def test_mmlu_pro_and_humaneval_name_a_cut_answer_that_loops_as_a_loop_not_as_short():
+    from sparknb.studies.batch.traps import HIT_MAX_TOKENS, LOOPED
+    from sparknb.studies.humaneval.traps import traps as humaneval_traps
+    from sparknb.studies.mmlu_pro.traps import traps as mmlu_traps
+
+    looping = "Let's think. " + "So the answer is (B). " * 12 + "So the"
+    short = "Let's think step by step about the forces acting on the block and then"
+    records = [{"question_id": str(i), "category": "physics", "answer": "B", "text": text, "finish_reason": "length"}
+               for i, text in enumerate([looping, short])]
+    t = mmlu_traps(records)
+    assert (t.counts[LOOPED], t.counts[HIT_MAX_TOKENS]) == (1, 1)
+    assert "1 answer(s) cut at max_tokens were looping" in t.headline() and "will not finish them" in t.headline()
+    assert t.examples[0]["loop_period_chars"] == len("So the answer is (B). ")
+    code = "```python\ndef f(x):\n" + "    x = x + 1\n" * 30
+    h = humaneval_traps([{"problem": "HumanEval/0", "sample": 0, "text": code, "finish_reason": "length",
+                          "flag": HIT_MAX_TOKENS, "reason": "cut", "passed": False}])
+    assert h.counts[LOOPED] == 1 and h.counts[HIT_MAX_TOKENS] == 0
+
+
+def test_the_harness_effect_scores_every_rule_set_and_names_why_each_differently_graded_answer_differs():
+    from sparknb.studies.mmlu_pro.traps import traps as mmlu_traps
+
+    records = [{"question_id": str(i), "category": "math", "answer": "B", "finish_reason": "stop", **r} for i, r in
+               enumerate([{"text": "the answer is (A) then the answer is (B)"},  # first vs last
+                          {"text": "the answer is (B)", "reasoning": "Question: restated"},  # stop inside reasoning
+                          {"text": "the answer is (B)"}, {"text": "the answer is (C)"}])]
+    harness = mmlu_traps(records).harness
+    assert {k: s["correct"] for k, s in harness["sets"].items()} == {"lm-eval": 1, "reference": 2, "robust": 3}
+    lm = harness["differences"]["lm-eval"]
+    assert lm["why"] == {FIRST_LAST: 1, STOP_IN_REASONING: 1} and lm["difference"]["estimate"] == -0.5
+    assert lm["difference"]["low"] < -0.5 < lm["difference"]["high"] < 0.5
+    text = " ".join(__import__("sparknb.studies.batch.rule_sets", fromlist=["x"]).sentences(harness))
+    assert "robust 75.0%" in text and "lm-eval minus robust: -50.0 points" in text
