@@ -7,7 +7,7 @@ eight at a time), each recorded the moment it ends (measure).
 """
 
 from .compare import BatchSpeed, Comparison, batch_speed, compare, comparison_markdown
-from .data import FILES, LETTERS, Dataset, Question, download, draw, load, load_suite
+from .data import FILES, LETTERS, Dataset, Question, download, draw, heading, load, load_suite
 from .findings import findings, summary
 from .headline import headline_rows
 from .grading import (
@@ -39,7 +39,7 @@ __all__ = [
     "CUT_BY_STOP", "FILES", "HIT_MAX_TOKENS", "LETTERS", "NOTEBOOK", "NO_ANSWER_LINE",
     "Batch", "BatchSpeed", "Comparison", "Dataset", "Extraction", "Grade", "Plan", "Question", "Scores", "Traps",
     "Work", "answered", "ask", "batch_speed", "batch_table", "compare", "comparison_markdown",
-    "download", "draw", "examples_markdown", "extract", "findings", "flag", "frame", "grade", "load", "load_suite",
+    "download", "draw", "heading", "examples_markdown", "extract", "findings", "flag", "frame", "grade", "load", "load_suite",
     "messages", "plot", "prepare", "prompt", "prompt_tokens", "scores", "scores_markdown", "summary", "table",
     "traps", "verdict_markdown",
 ]

@@ -122,6 +122,13 @@ def load(source: str = "hub") -> Dataset:
     return load_folder(download() if source in ("", "hub") else Path(source).expanduser(), source)
 
 
+def heading(dataset: Dataset) -> str:
+    """The questions as the report's heading names them: MMLU-Pro only where they are MMLU-Pro's, and the demo's own
+    said to be what they are, first thing, so that a report of a run that failed halfway says it too."""
+    marked = [note for note in dataset.notes if note.startswith("NOT MMLU-Pro")]
+    return f"## The questions: {dataset.name}, from {dataset.source}" + "".join(f"\n\n**{n}**" for n in marked)
+
+
 def load_folder(folder: Path, source: str) -> Dataset:
     """MMLU-Pro's two parquet files from a folder."""
     if not folder.is_dir():
