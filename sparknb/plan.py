@@ -43,7 +43,7 @@ def _repetitions(value: Any) -> int | str:
     raise ValueError(f"repetitions must be a whole number, 1 or more, or auto; got {value!r}")
 
 
-# Measured requests per setting: a count, or "auto" (until the median's interval is narrow enough; study.Schedule).
+# Measured requests per setting: a count, or "auto" (until the median's interval is narrow enough; schedule.Schedule).
 Repetitions = Annotated[int | Literal["auto"], PlainValidator(_repetitions)]
 
 def _named(runs: list[str]) -> list[str]:
@@ -189,7 +189,7 @@ class Prepared:
 
 class Sweep(Plan):
     """A sweep's sampling, shared by decode and prefill: requests per setting fixed, or `auto` until the median's
-    95% interval is narrow enough (study.Schedule), in an order that spreads drift over every setting."""
+    95% interval is narrow enough (schedule.Schedule), in an order that spreads drift over every setting."""
 
     warmup: int = Field(1, ge=0, description="requests per length left out of the figures, 0 or more")
     repetitions: Repetitions = Field(

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from . import bandwidth, census, energy, fingerprint, guard, interrupt, metrics, probe, stats, stream, telemetry
+from . import bandwidth, census, energy, fingerprint, guard, interrupt, metrics, probe, stream, telemetry
 from .client import Completion, Endpoint, ServerInfo
 from .errors import ParamsError
 from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
@@ -151,21 +150,6 @@ class Study:
         return fingerprint.table(self.fingerprint)
 
 
-def schedule(lengths: Sequence[int], warmup: int, repetitions: int, order: str = "shuffled",
-             seed: int = 0) -> list[tuple[int, int]]:
-    """The (length, repetition) of every request, warmups as negative repetitions.
-
-    Grouped: every length in turn, its warmups then its repetitions. Shuffled: the warmups of every
-    length first, then the measured requests in a seeded random order, so that a box warming up or
-    drifting during the sweep spreads over all lengths instead of tilting the curve.
-    """
-    if order == "grouped":
-        return [(n, rep) for n in lengths for rep in range(-warmup, repetitions)]
-    measured = [(n, rep) for n in lengths for rep in range(repetitions)]
-    random.Random(seed).shuffle(measured)
-    return [(n, rep) for n in lengths for rep in range(-warmup, 0)] + measured
-
-
 def rep_label(rep: int) -> str:
     """A request's repetition as progress lines print it: the record's own `rep` (0 for the first measured one, as
     every table shows it), or warmup."""
@@ -177,97 +161,6 @@ def named(rows: pd.DataFrame) -> str:
     that leaves them out of a figure: none is dropped without being named."""
     return "; ".join(f"seq {int(r['seq'])} ({int(r['prompt_length']):,} tokens, {rep_label(int(r['rep']))})"
                      for _, r in rows.iterrows())
-
-
-AUTO = "auto"
-AUTO_FIRST = 6  # the fewest values whose median has a 95% distribution-free interval (stats.median_interval)
-
-
-class Schedule:
-    """The (length, repetition) of every request of a sweep, with `repetitions` fixed or `auto`.
-
-    Fixed: `schedule()`'s order. Auto: every length gets AUTO_FIRST measured requests, then, round after
-    round (each round's lengths shuffled, or one length after another where grouped), one more for each
-    length whose median's 95% interval is still wider than +/- `target` of the median, until every length
-    is within it or has `cap` requests. The sweep reports each measured value with `add`, and `stopped()`
-    says per length why it stopped, for the report.
-    """
-
-    def __init__(self, lengths: Sequence[int], warmup: int, repetitions: int | str, order: str = "shuffled",
-                 seed: int = 0, target: float = 0.02, cap: int = 30):
-        self.lengths, self.warmup, self.repetitions = list(lengths), warmup, repetitions
-        self.order, self.target, self.cap = order, target, cap
-        self._rng = random.Random(seed)
-        self.values: dict[int, list[float]] = {n: [] for n in self.lengths}
-        self.sent: dict[int, int] = {n: 0 for n in self.lengths}
-        self.seed = seed
-
-    @property
-    def auto(self) -> bool:
-        return self.repetitions == AUTO
-
-    @property
-    def planned(self) -> str:
-        """The number of requests as a progress line can say it: exact when fixed, a bound when auto."""
-        n = len(self.lengths)
-        if not self.auto:
-            return str(n * (self.warmup + self.repetitions))
-        return f"{n * (self.warmup + AUTO_FIRST)} to {n * (self.warmup + max(self.cap, AUTO_FIRST))}"
-
-    def add(self, length: int, value: float | None) -> None:
-        """A measured request's figure (None where it cannot count: another client meanwhile, no figure)."""
-        if value is not None and value == value:
-            self.values[length].append(float(value))
-
-    def width(self, length: int) -> float:
-        """The relative half-width of the 95% interval of the length's median so far (nan: too few values)."""
-        return stats.relative_half_width(stats.median_interval(self.values[length]))
-
-    def _settled(self, length: int) -> bool:
-        w = self.width(length)
-        return (w == w and w <= self.target) or self.sent[length] >= self.cap
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        if not self.auto:
-            for length, rep in schedule(self.lengths, self.warmup, self.repetitions, self.order, self.seed):
-                self.sent[length] += rep >= 0
-                yield length, rep
-            return
-        for n in self.lengths:
-            for rep in range(-self.warmup, 0):
-                yield n, rep
-        first = [n for n in self.lengths for _ in range(AUTO_FIRST)]
-        if self.order == "grouped":
-            for n in self.lengths:
-                while self.sent[n] < AUTO_FIRST or not self._settled(n):
-                    self.sent[n] += 1
-                    yield n, self.sent[n] - 1
-            return
-        self._rng.shuffle(first)
-        rounds = [first]
-        while rounds:
-            for n in rounds.pop():
-                self.sent[n] += 1
-                yield n, self.sent[n] - 1
-            more = [n for n in self.lengths if not self._settled(n)]
-            if more:
-                self._rng.shuffle(more)
-                rounds.append(more)
-
-    def stopped(self) -> dict[int, str]:
-        """Per length, why it has as many requests as it has."""
-        out = {}
-        for n in self.lengths:
-            count, w = len(self.values[n]), self.width(n)
-            shown = "no interval" if w != w else f"+/-{100 * w:.1f}%"
-            if not self.auto:
-                out[n] = f"fixed at {self.repetitions} repetitions; the median's 95% interval: {shown}"
-            elif w == w and w <= self.target:
-                out[n] = (f"reached {shown} (target +/-{100 * self.target:g}%) after {count} clean requests")
-            else:
-                out[n] = (f"stopped at the cap of {self.cap} requests with {shown} (target +/-{100 * self.target:g}%): "
-                          "the requests spread wider than the target allows at that count")
-        return out
 
 
 def capped(df: pd.DataFrame, stopped: dict[int, str], client: str, server: str, what: str) -> list[Finding]:

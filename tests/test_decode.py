@@ -16,7 +16,8 @@ from sparknb.params import load_hardware, load_model, project_root
 from sparknb.prompts import PromptMaker
 from sparknb.run import read_records, verify
 from sparknb.studies import decode
-from sparknb.study import schedule, start
+from sparknb.schedule import schedule
+from sparknb.study import start
 
 SMALL = {"prompt_lengths": [64, 256], "output_tokens": 48, "warmup": 1, "repetitions": 2}
 
@@ -140,11 +141,11 @@ def test_no_password_or_key_reaches_any_file_of_a_sparknb_run(tmp_path, tiny_moe
 
 def test_an_unknown_or_mistyped_parameter_is_refused_before_any_kernel_starts(tmp_path, capsys):
     code = main(["run", "decode", "--outputs", str(tmp_path), "-p", "prompt_lenghts", "[111]",
-                 "-p", "resume_from", "x", "-p", "warmup", "many"])
+                 "-p", "resume_form", "x", "-p", "warmup", "many"])
     err = capsys.readouterr().err
     assert code == 2 and not (tmp_path / "decode").exists()
     assert "prompt_lenghts: not a parameter of decode.ipynb; its parameters: model, endpoint, prompt_lengths" in err
-    assert "resume_from: not a parameter" in err and "warmup: Input should be a valid integer; got 'many'" in err
+    assert "resume_form: not a parameter" in err and "warmup: Input should be a valid integer; got 'many'" in err
     assert main(["run", "decode", "--outputs", str(tmp_path), "-p", "run_id", "mine"]) == 2
     assert "run_id: set by sparknb itself" in capsys.readouterr().err
 

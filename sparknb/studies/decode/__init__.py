@@ -10,7 +10,7 @@ from ...study import drifts
 from .compare import compare
 from .findings import findings
 from .headline import headline_rows, speeds
-from .measure import sweep
+from .measure import reusable, sweep
 from .plan import Plan
 from ..registry import Contract
 from .plots import plot
@@ -19,4 +19,4 @@ from .tables import BURST, SPREAD, frame, share, summarize
 STUDY = Contract("decode", Plan, sweep, summarize, findings, headline_rows, order=10, speeds=speeds)
 
 __all__ = ["BURST", "SPREAD", "STUDY", "Plan", "compare", "drifts", "findings", "frame", "headline_rows", "plot",
-           "share", "summarize", "sweep"]
+           "reusable", "share", "summarize", "sweep"]

@@ -7,7 +7,8 @@ import pandas as pd
 
 from ...bandwidth import FAR_BELOW, IMPOSSIBLE, Limit
 from ...report import Finding, info, warning
-from ...study import AUTO_FIRST, capped, drifts, named
+from ...schedule import AUTO_FIRST
+from ...study import capped, drifts, named
 from ...verdict import MIN_SAMPLES
 from .tables import BURST, SPREAD, clean
 

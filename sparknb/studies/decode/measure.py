@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ... import resume
 from ...prompts import PromptMaker
-from ...study import Schedule, Study, rep_label
+from ...schedule import Schedule
+from ...study import Study, rep_label
 from .plan import Plan
 from .tables import frame, timing
 
@@ -15,18 +17,31 @@ def schedule_of(plan: Plan) -> Schedule:
                     plan.max_repetitions)
 
 
-def sweep(study: Study, plan: Plan) -> tuple[pd.DataFrame, dict[int, str]]:
-    """All requests of the plan, one at a time (as many as `repetitions auto` asks for): one row per measured
-    request, and per length why it stopped. The progress line of an answer that reached the client in a
-    burst says so, with both clocks."""
+def finished(records: list[dict]) -> list[dict]:
+    """The measured requests of a run that came back whole: what a resumed run reuses."""
+    return [r for r in records if "prompt_length" in r and not r.get("warmup") and "error" not in r]
+
+
+def reusable(plan: Plan, model: str) -> list[dict]:
+    """The finished requests of plan.resume_from, checked against this run's settings before anything starts."""
+    return resume.reusable(plan, model, finished)
+
+
+def sweep(study: Study, plan: Plan, reused: list[dict] = ()) -> tuple[pd.DataFrame, dict[int, str]]:
+    """All requests of the plan, one at a time (as many as `repetitions auto` asks for), but those `reused` from
+    the run it resumes: one row per measured request, and per length why it stopped. The progress line of an
+    answer that reached the client in a burst says so, with both clocks."""
     maker = PromptMaker(study.endpoint.tokenize)
     order = schedule_of(plan)
+    order.resume(_done(reused))
+    resume.copy(study, plan, list(reused))
+    first = max((r.get("seq") or 0 for r in reused), default=0)  # new requests follow the reused ones
     k = 0
     with study.measuring():
         for k, (length, rep) in enumerate(order, 1):
             prompt = maker.make(length)
             rec = study.request(
-                {"prompt_length": length, "rep": rep, "warmup": rep < 0, "seq": k},
+                {"prompt_length": length, "rep": rep, "warmup": rep < 0, "seq": first + k},
                 lambda ep: ep.complete(prompt, max_tokens=plan.output_tokens, temperature=plan.temperature),
             )
             t = timing(rec)
@@ -38,6 +53,14 @@ def sweep(study: Study, plan: Plan) -> tuple[pd.DataFrame, dict[int, str]]:
     stopped = order.stopped()
     print(f"{k} requests done. " + "; ".join(f"{n:,} tokens: {why}" for n, why in stopped.items()), flush=True)
     return frame(study.records()), stopped
+
+
+def _done(reused: list[dict]) -> dict[int, dict[int, float | None]]:
+    """Length -> rep -> the figure each reused request counts with (None where another client meddled)."""
+    done: dict[int, dict[int, float | None]] = {}
+    for r in reused:
+        done.setdefault(r["prompt_length"], {})[r["rep"]] = None if r.get("interference") else timing(r)["decode_tok_s"]
+    return done
 
 
 def _ms(seconds: float | None) -> str:

@@ -9,18 +9,21 @@ from pydantic import Field
 from ... import plan
 from ...client import Endpoint, ServerInfo
 from ...errors import ParamsError
-from ...plan import COMPARED, IGNORED
-from ...study import AUTO
+from ...plan import COMPARED, IGNORED, RESUMED
+from ...schedule import AUTO
 
 
 class Plan(plan.Sweep):
     study: ClassVar[str] = "decode"
     prompt_lengths: list[Annotated[int, Field(ge=16)]] = Field(
         min_length=1, description="prompt sizes in whole tokens, 16 or more, e.g. [111, 364]")
-    output_tokens: Annotated[int, COMPARED] = Field(150, ge=2, description="decode speed needs two tokens or more")
-    temperature: Annotated[float, COMPARED] = Field(0.0, ge=0, le=2)
+    output_tokens: Annotated[int, COMPARED, RESUMED] = Field(150, ge=2, description="decode speed needs two tokens or more")
+    temperature: Annotated[float, COMPARED, RESUMED] = Field(0.0, ge=0, le=2)
     compare_with: Annotated[plan.RunIds, IGNORED] = Field(
         default_factory=list, description="earlier decode runs: folders or run ids")
+    resume_from: Annotated[str, IGNORED] = Field(
+        "", description="an earlier decode run (folder or run id) that failed halfway: its finished requests are "
+        "reused, only the rest measured")
 
     @property
     def auto(self) -> bool:

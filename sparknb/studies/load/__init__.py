@@ -15,7 +15,7 @@ one: per-user against aggregate tok/s, and the batch ratio against the single-st
 from .compare import Comparison, compare
 from .findings import findings, summary
 from .headline import headline_rows
-from .measure import arrivals, request_record, sweep
+from .measure import arrivals, request_record, reusable, sweep
 from .plan import DEFAULT_CONCURRENCY, NOTEBOOK, Level, Plan, kv_capacity
 from ..registry import Contract
 from .plots import plot_levels, plot_tradeoff
@@ -30,5 +30,6 @@ __all__ = [
     "CHECKS", "PERCENTILES", "SERVER", "DEFAULT_CONCURRENCY", "NOTEBOOK", "Comparison", "Level", "Plan", "Prompts",
     "arrivals", "compare", "findings",
     "knee", "kv_capacity", "level_row", "make_prompts", "plot_levels", "plot_tradeoff", "ratios", "request_record",
+    "reusable",
     "saturation", "summarize", "summary", "sweep", "throughput_columns",
 ]

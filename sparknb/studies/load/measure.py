@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from ... import metrics, stream
+from ... import metrics, resume, stream
 from ...errors import EndpointError
 from ...study import Study, server_view
 from .plan import Level, Plan, kv_capacity
@@ -34,14 +34,30 @@ GAUGES = (metrics.RUNNING, metrics.WAITING, metrics.KV_USE, metrics.PREEMPTIONS,
 DROPPED = ("text", "reasoning")  # random-weight noise at best; the lengths are kept
 
 
-def sweep(study: Study, plan: Plan, *, on_chunk: Callable[[], None] | None = None,
+def finished(records: list[dict]) -> list[dict]:
+    """The levels of a run that ended (their level record was written), with their requests: what a resumed run
+    reuses. A level cut short is measured again whole: its requests alone say nothing of the level."""
+    done = {r["level_name"] for r in records if r.get("kind") == "level"}
+    return [r for r in records if r.get("kind") in ("level", "request") and r.get("level_name") in done]
+
+
+def reusable(plan: Plan, model: str) -> list[dict]:
+    """The finished levels of plan.resume_from, checked against this run's settings before anything starts."""
+    return resume.reusable(plan, model, finished)
+
+
+def sweep(study: Study, plan: Plan, reused: list[dict] = (), *, on_chunk: Callable[[], None] | None = None,
           log: Callable[[str], None] = print) -> tuple[list[dict], str | None]:
-    """Every level of the plan, in order; returns the run's records and a note on levels left out.
-    `on_chunk` is the test hook that loads the client on purpose (see stream.AsyncEndpoint)."""
+    """Every level of the plan, in order, but those `reused` from the run it resumes; returns the run's records and
+    a note on levels left out. `on_chunk` is the test hook that loads the client on purpose (stream.AsyncEndpoint)."""
     endpoint = study.streaming(on_chunk)
     capacity = kv_capacity(study.endpoint, plan.source.longest + plan.output_tokens)
     levels, note = plan.levels(capacity)
-    log(note or f"Measuring {', '.join(lv.name for lv in levels)} with {plan.source.kind} prompts.")
+    resume.copy(study, plan, list(reused), log)
+    done = {r["level_name"] for r in reused}
+    levels = [lv for lv in levels if lv.name not in done]
+    log(note or f"Measuring {', '.join(lv.name for lv in levels) or 'no level: every one is reused'} with "
+        f"{plan.source.kind} prompts.")
     writer = _Writer(study.run)
     with study.measuring():
         try:

@@ -17,7 +17,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from ... import plan
 from ...client import Endpoint, ServerInfo
 from ...errors import ParamsError
-from ...plan import COMPARED, IGNORED
+from ...plan import COMPARED, IGNORED, RESUMED
 from ...run import PastRun
 from .prompts import Prompts, make_prompts
 
@@ -65,11 +65,11 @@ class Plan(plan.Plan):
         [], description=f"requests in flight per level, e.g. [1, 4, 16]; empty: {list(DEFAULT_CONCURRENCY)}")
     request_rates: list[Annotated[float, Field(gt=0)]] = Field(
         [], description="requests per second per level, e.g. [0.5, 2]; given instead of concurrency")
-    prompt_tokens: Annotated[int, COMPARED] = Field(512, ge=16, description="exact prompt length in tokens, 16 or more")
-    output_tokens: Annotated[int, COMPARED] = Field(128, ge=2, description="answer length in tokens, 2 or more")
-    prompts: Annotated[str, COMPARED] = Field("", description="empty, a prompt set under params/prompts/ (or a YAML "
+    prompt_tokens: Annotated[int, COMPARED, RESUMED] = Field(512, ge=16, description="exact prompt length in tokens, 16 or more")
+    output_tokens: Annotated[int, COMPARED, RESUMED] = Field(128, ge=2, description="answer length in tokens, 2 or more")
+    prompts: Annotated[str, COMPARED, RESUMED] = Field("", description="empty, a prompt set under params/prompts/ (or a YAML "
                                               "path), or mmlu_pro:SOURCE")
-    warmup: Annotated[int, COMPARED] = Field(1, ge=0, description="warmup waves per level, 0 or more")
+    warmup: Annotated[int, COMPARED, RESUMED] = Field(1, ge=0, description="warmup waves per level, 0 or more")
     requests_per_level: Annotated[int, Field(ge=0)] | list[Annotated[int, Field(ge=0)]] = Field(
         0, description="measured requests per level, or a list of them, one per level in the order given; "
                        "0: send for duration_s (and at least min_requests)")
@@ -80,8 +80,11 @@ class Plan(plan.Plan):
     seed: int = Field(0, description="seeds the arrivals and the order of a prompt set")
     slo_ttft_s: float = Field(2.0, gt=0, description="the longest TTFT a request may take to count as goodput")
     slo_tpot_s: float = Field(0.1, gt=0, description="the longest time per output token to count as goodput")
-    temperature: Annotated[float, COMPARED] = Field(0.0, ge=0, le=2)
+    temperature: Annotated[float, COMPARED, RESUMED] = Field(0.0, ge=0, le=2)
     compare_with: Annotated[plan.RunIds, IGNORED] = Field([], description="run folders or run ids of earlier load runs")
+    resume_from: Annotated[str, IGNORED] = Field(
+        "", description="an earlier load run (folder or run id) that failed halfway: its finished levels are "
+        "reused, only the others measured")
     _prompts: Prompts | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")

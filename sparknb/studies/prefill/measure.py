@@ -18,7 +18,8 @@ from ... import metrics
 from ...errors import CacheHitError
 from ...prompts import PromptMaker
 from ...report import Finding, duration, info, warning
-from ...study import Schedule, Study, rep_label
+from ...schedule import Schedule
+from ...study import Study, rep_label
 from .plan import Plan
 from .tables import frame
 

@@ -58,7 +58,7 @@ class Plan(plan.Plan):
         """The proxy must be there before anything is timed through it (raises EndpointError)."""
         for m in self.distinct():
             target = targets.resolve(m)
-            ep = Endpoint(target.endpoint, m.served_model_name, api_key=target.api_key)
+            ep = Endpoint(target.endpoint, m.served_model_name, api_key=target.api_key, key_env=m.api_key_env)
             try:
                 ep.info()
             finally:
