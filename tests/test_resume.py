@@ -81,7 +81,7 @@ def test_a_killed_decode_run_is_finished_by_resume_from(tmp_path):
     done = {(r["prompt_length"], r["rep"]) for r in read_records(first) if "error" not in r}
     assert 3 <= len(done) < 8
     with pytest.raises(ExecuteError, match="output_tokens: 48 there, 32 here"):  # other settings: refused
-        run_notebook("decode", {**DECODE, "output_tokens": 32, "resume_from": first.name}, tmp_path / "elsewhere")
+        run_notebook("decode", {**DECODE, "output_tokens": 32, "resume_from": first.name}, tmp_path / "outputs")
     records, generated = resumed(tmp_path, "decode", DECODE, first)
     reused = {(r["prompt_length"], r["rep"]) for r in records if r.get("resumed_from") == first.name}
     asked = [(r["prompt_length"], r["rep"]) for r in records if not r.get("resumed_from")]
