@@ -63,7 +63,8 @@ def resumed(tmp_path, notebook: str, params: dict, first) -> tuple[list[dict], f
     server = testbed.start("tiny-dense", free_port(), engine="llama.cpp", log_path=tmp_path / "second.log")
     try:
         ep = Endpoint(server.url, "tiny-dense")
-        before = ep.metrics()[metrics.GENERATED] or 0.0
+        ep.info()  # llama-server's counters are read under its engine's names
+        before = ep.metrics()[metrics.GENERATED]
         again = run_notebook(notebook, {**params, "endpoint": server.url, "resume_from": first.name},
                              tmp_path / "outputs")
         generated = ep.metrics()[metrics.GENERATED] - before
