@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -129,6 +130,13 @@ studies:
     assert decision["outcome"] == "caveated"  # one request a side is too few for an interval, and it says so
     assert any("too few measurements" in reason for reason in decision["reasons"])
     assert verify(report) == [] and (report / "report.html").exists()
+    # Beside the measured ratio, the one the two byte curves predict (bytes a step reads, tokens a step yields).
+    tables = {e["cell"].split("/")[1]: json.loads((Path(e["run"]) / "summary.json").read_text())["table"][0]
+              for e in events if e.get("status") == "done"}
+    moe, dense = tables["tiny-moe"], tables["tiny-dense"]
+    predicted = next(r for r in headline["rows"] if r["figure"] == "speed ratio at 64 tokens predicted by the byte curves")
+    expected = moe["MB read/step"] / dense["MB read/step"] / (moe["tokens/step"] or 1)
+    assert predicted["values"]["tiny-dense"] == pytest.approx(expected) and "measured" in predicted["note"]
 
 
 def test_a_model_that_cannot_be_served_fails_its_cells_and_the_campaign_goes_on(tmp_path):

@@ -62,3 +62,22 @@ def test_a_checkpoint_this_box_cannot_read_is_an_error_naming_what_to_pass(tiny_
         add("elsewhere", tiny_dense_llama.url, api_key_env=KEY_ENV, folder=tmp_path,
             checkpoint_path=str(tmp_path / "not-here.gguf"), hardware="cpu-host")
     assert not (tmp_path / "elsewhere.yaml").exists()
+
+
+@pytest.mark.server
+@pytest.mark.llamacpp
+def test_decode_names_llama_servers_prompt_cache_stall_as_prefill_does(tmp_path):
+    """On the H200, decode's TTFT read 253-575 ms against llama-server's own 11-143 ms of prompt time with no word:
+    on its default host prompt cache (one slot, so each request saves the last), decode now names the stall."""
+    from support import free_port
+
+    from sparknb.serving import testbed
+
+    with testbed.start("tiny-dense", free_port(), engine="llama.cpp", log_path=tmp_path / "server.log", timeout=120,
+                       prompt_cache=True, extra_args=["--parallel", "1"]) as server:
+        _, folder = run_notebook("decode", tmp_path, {"model": "tiny-dense-llamacpp", "endpoint": server.url,
+                                                      "prompt_lengths": [512, 8192], "output_tokens": 8,
+                                                      "repetitions": 3, "warmup": 1})
+    findings = [f["text"] for f in json.loads((folder / "summary.json").read_text())["findings"]]
+    (stall,) = [t for t in findings if "STALL" in t]
+    assert stall.startswith("TTFT here: LLAMA-SERVER'S OWN STALL") and "--cache-ram 0" in stall
