@@ -21,6 +21,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import hub_cache
 from .checkpoint import Checkpoint, Shape, Tensor, read
 
 # The width of one cached value, by the names servers give cache types; a quantized GGUF cache type counts its block's scales (q8_0: 34 bytes per 32 values).
@@ -194,7 +195,7 @@ def for_model(model, root: str | None = None, server_cache: tuple[str, str] | No
 
     dtype, source = ((model.kv_cache_dtype, "the model's params (kv_cache_dtype)") if model.kv_cache_dtype
                      else server_cache or (None, ""))
-    for path in (model.checkpoint, root):
+    for path in (model.checkpoint, root, from_hub(root)):
         found = _readable(path, project_root())
         if found is not None:
             return count(read(found), dtype, source), f"read from {found}"
@@ -202,6 +203,23 @@ def for_model(model, root: str | None = None, server_cache: tuple[str, str] | No
         return Census.from_dict(model.census), "as `sparknb model add` wrote it into the model's params"
     return None, (f"no census: neither the params' checkpoint nor the server's path ({root or 'not given'}) can be "
                   "read here, and the params hold none (`sparknb model add` writes one)")
+
+
+def seal(run, model, root: str | None, server_cache: tuple[str, str] | None) -> Census | None:
+    """The census of what the server serves, written into the run (census.json, sealed with it) and printed."""
+    counted, why = for_model(model, root, server_cache)
+    run.write_json("census.json", {"census": counted.as_dict() if counted else None, "how": why})
+    print(f"Byte census ({why}): " + ("; ".join(counted.lines()) if counted else "none"), flush=True)
+    return counted
+
+
+def from_hub(repo_id: str | None) -> str | None:
+    """A hub id's snapshot in the local cache (no download), where it is there."""
+    if not repo_id or repo_id.count("/") != 1 or Path(repo_id).exists():
+        return None
+    repo = hub_cache.default_cache() / f"models--{repo_id.replace('/', '--')}"
+    ref = repo / "refs" / "main"
+    return str(repo / "snapshots" / ref.read_text().strip()) if ref.is_file() else None
 
 
 def _readable(path: str | None, base) -> Path | None:

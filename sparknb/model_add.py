@@ -17,9 +17,9 @@ from pathlib import Path
 
 import yaml
 
-from . import census, checkpoint, fingerprint, hub_cache, metrics
+from . import census, checkpoint, fingerprint, metrics
 from .client import Endpoint
-from .errors import ParamsError
+from .errors import EndpointError, ParamsError
 from .params import load_hardware, load_model, project_root
 
 
@@ -46,7 +46,15 @@ def add(name: str, endpoint: str, *, checkpoint_path: str | None = None, served_
 def _only_model(endpoint: str, key: str | None) -> str:
     import openai
 
-    ids = [m.id for m in openai.OpenAI(base_url=endpoint, api_key=key or "none", timeout=30).models.list().data]
+    try:
+        ids = [m.id for m in openai.OpenAI(base_url=endpoint, api_key=key or "none", timeout=30,
+                                           max_retries=0).models.list().data]
+    except openai.APIStatusError as e:
+        raise EndpointError(f"{endpoint} answered {e.status_code} to GET /models: an OpenAI API's base URL ends in "
+                            "/v1, and a server behind a key needs --api-key-env") from None
+    except openai.APIError as e:
+        raise EndpointError(f"cannot ask {endpoint} which models it serves ({e}): is the server running there?") \
+            from None
     if len(ids) != 1:
         raise ParamsError(f"{endpoint} serves {', '.join(ids) or 'nothing'}: say which with --served-name")
     return ids[0]
@@ -54,21 +62,12 @@ def _only_model(endpoint: str, key: str | None) -> str:
 
 def _checkpoint(given: str | None, root: str | None) -> Path:
     """The checkpoint as given, else the server's own path or hub id where this box can read it."""
-    for candidate in (given,) if given else (root, _from_hub(root)):
+    for candidate in (given,) if given else (root, census.from_hub(root)):
         if candidate and Path(candidate).expanduser().exists():
             return Path(candidate).expanduser().resolve()
     what = f"--checkpoint {given}" if given else f"the server's path {root!r}" if root else "the server (it names none)"
     raise ParamsError(f"cannot read the checkpoint from {what} on this box: pass --checkpoint PATH, the GGUF file or "
                       "the folder of config.json and *.safetensors the server serves")
-
-
-def _from_hub(repo_id: str | None) -> str | None:
-    """A hub id's snapshot in the local cache (no download), where it is there."""
-    if not repo_id or repo_id.count("/") != 1 or Path(repo_id).exists():
-        return None
-    repo = hub_cache.default_cache() / f"models--{repo_id.replace('/', '--')}"
-    ref = repo / "refs" / "main"
-    return str(repo / "snapshots" / ref.read_text().strip()) if ref.is_file() else None
 
 
 def _hardware() -> str:

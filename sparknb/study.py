@@ -275,7 +275,7 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
         fp = fingerprint.take(server=server_facts, params=all_params, project_dir=project_root(), secrets=keys,
                               probe=box.as_dict())
         run.write_json("fingerprint.json", fp)
-        counted = _census(run, loaded[0], server, ep) if ep else None
+        counted = census.seal(run, loaded[0], server.root, ep.engine.kv_cache_dtype(ep.metrics_text())) if ep else None
         sampler = telemetry.Sampler(run).start()
     except BaseException:
         lock.release()
@@ -285,14 +285,6 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
     where = f"at {redact(ep.url)} (server {server.version})" if ep else "started by this study"
     print(f"run {run.id}: {', '.join(dict.fromkeys(names))} {where}; writing {run.path}", flush=True)
     return study
-
-
-def _census(run: Run, model: ModelParams, server: ServerInfo, ep: Endpoint) -> census.Census | None:
-    """The byte census of what the server serves, sealed with the run as census.json and printed."""
-    counted, why = census.for_model(model, server.root, ep.engine.kv_cache_dtype(ep.metrics_text()))
-    run.write_json("census.json", {"census": counted.as_dict() if counted else None, "how": why})
-    print(f"Byte census ({why}): " + ("; ".join(counted.lines()) if counted else "none"), flush=True)
-    return counted
 
 
 def server_view(d: metrics.Delta, per_request: dict | None = None) -> dict:

@@ -2,7 +2,7 @@
 # The H200 session behind docs/examples/h200-census/, in one call on the lent machine, from the repository root
 # the tool copied there:
 #
-#   tar -xOf .device/tree.tar docs/examples/h200-census/run.sh | bash
+#   tar -xOf .device/tree.tar docs/examples/h200-census/run.sh > /tmp/run.sh && DEADLINE_S=575 bash /tmp/run.sh
 #
 # 1. llama-server for sm_90 from the pinned llama.cpp source, and beside it the random F16 GGUF in Qwen3-4B's
 #    shape (docs/examples/h200-llamacpp/make_model.py);
@@ -72,18 +72,19 @@ serve() {  # $1: log name; the rest: extra flags. llama-server as the params' li
     echo "llama-server not ready in 120 s"; return 1
 }
 decode() {  # $1: the model's params; $2: seconds it may take
-    timeout "$2" "$PY" -m sparknb.cli run decode -p model "$1" -p prompt_lengths "${LENGTHS:-[111, 512, 4096, 10714]}" \
+    timeout "$2" "$PY" -m sparknb run decode -p model "$1" -p prompt_lengths "${LENGTHS:-[111, 512, 4096, 10714]}" \
         -p output_tokens 128 -p repetitions 6 -p warmup 1
 }
 
 stamp "llama-server, --cache-ram 0"
 serve server.log --cache-ram 0 || exit 1
 stamp "sparknb model add"
-"$PY" -m sparknb.cli model add qwen3-4b-census --endpoint http://127.0.0.1:8090/v1 --hardware h200 2>&1 |
+"$PY" -m sparknb model add qwen3-4b-census --endpoint http://127.0.0.1:8090/v1 --hardware h200 2>&1 |
     tee "$LOGS/model-add.log"
+[ -f params/models/qwen3-4b-census.yaml ] || { echo "model add wrote nothing"; exit 1; }
 stamp "decode with the written params"
 decode qwen3-4b-census 170 > "$LOGS/decode-census.log" 2>&1
-grep -E "census|probe|sealed|FAIL|Error" "$LOGS/decode-census.log" | cut -c1-600
+grep -E "census|probe|sealed|FAIL|Error|That is|IMPOSSIBLE|BANDWIDTH" "$LOGS/decode-census.log" | cut -c1-900
 kill $SERVER; wait $SERVER 2>/dev/null
 if [ "$(left)" -gt 110 ]; then
     stamp "llama-server on its default host prompt cache"
@@ -91,7 +92,7 @@ if [ "$(left)" -gt 110 ]; then
         sed 's/^name: qwen3-4b-census/name: qwen3-4b-census-cache/' params/models/qwen3-4b-census.yaml \
             > params/models/qwen3-4b-census-cache.yaml
         decode qwen3-4b-census-cache $(( $(left) - 20 )) > "$LOGS/decode-cache.log" 2>&1
-        tail -5 "$LOGS/decode-cache.log"
+        grep -E "sealed|FAIL|Error|STALL|That is" "$LOGS/decode-cache.log" | cut -c1-900
         kill $SERVER; wait $SERVER 2>/dev/null
     }
 fi

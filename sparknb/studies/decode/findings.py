@@ -187,7 +187,7 @@ def _physics(table: pd.DataFrame, share: pd.Series) -> list[Finding]:
 
 
 def _about_stall(df: pd.DataFrame, engine) -> list[Finding]:
-    """The server's own wait before a prompt (llama-server's host prompt cache on an H200: TTFT 253-575 ms against
+    """The server's own wait before a prompt (a server's host prompt cache on an H200: TTFT 253-575 ms against
     its own 11-143 ms of prompt time), named with its fix as prefill names it, never blamed on the machine."""
     from ..prefill.findings import outside_server
 
