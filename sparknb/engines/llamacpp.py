@@ -126,8 +126,8 @@ class LlamaCpp(Engine):
                 f"TTFT less the server's own prompt time){evidence}. That is llama-server's host-memory prompt cache "
                 "(--cache-ram, 8192 MiB by default) saving the previous prompt before each new one, not this machine: "
                 "its log shows the wait between 'selected slot by LRU' and 'processing task'. Start llama-server with "
-                f"{STALL_FIX} to measure prefill alone; the TTFTs here include the stall, and so does the fit's fixed "
-                "overhead.")
+                f"{STALL_FIX} to measure prefill alone; the TTFTs here include the stall, and so does any fixed "
+                "overhead fitted to them.")
 
     def kv_cache_dtype(self, metrics_text: str | None) -> tuple[str, str] | None:
         # Neither /props nor /metrics names the cache type; f16 unless started with --cache-type-k/-v.
