@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 PASSED = "passed"
 ASSERTION = "assertion failed"
@@ -70,9 +70,18 @@ class Result:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def against(self, expect: frozenset[str] | None) -> Result:
+        """This result, suspect too where the watched function returned a type not in `expect` (the types a
+        reference solution returns; None: unknown, nothing to hold it to)."""
+        odd = sorted(set(self.returned or ()) - expect) if expect is not None and not self.suspect else []
+        if not odd:
+            return self
+        why = f"it returned {', '.join(odd)}, a type the reference solution never returns ({', '.join(sorted(expect))})"
+        return replace(self, suspect=why)
 
-def suspicion(seen: dict | None, expect: frozenset[str] | None) -> str | None:
-    """Why a pass through the watched function cannot be taken at face value, or None."""
+
+def suspicion(seen: dict | None) -> str | None:
+    """Why a pass through the watched function cannot be taken at face value, whatever it should return, or None."""
     if seen is None:
         return "the watch did not report (the program ended the harness's last step itself)"
     if not seen.get("watched"):
@@ -81,9 +90,6 @@ def suspicion(seen: dict | None, expect: frozenset[str] | None) -> str | None:
         return f"it returned a {seen['laundered']} whose own __eq__ can make any check pass"
     if not seen.get("returns"):
         return "the checks passed without the function ever returning"
-    odd = sorted(set(seen.get("returned", ())) - expect) if expect is not None else []
-    if odd:
-        return f"it returned {', '.join(odd)}, a type the reference solution never returns ({', '.join(sorted(expect))})"
     return None
 
 

@@ -110,7 +110,7 @@ class Watch:
             seen = _json(self.report[len(proof):])
             seen = seen if isinstance(seen, dict) else None
             returned = tuple(seen.get("returned", ())) if seen else None
-            return Result(PASSED, "the checks ran to their end", out, wall, cpu, returned, suspicion(seen, expect))
+            return Result(PASSED, "the checks ran to their end", out, wall, cpu, returned, suspicion(seen)).against(expect)
         if self.over_cap:
             return Result(OUTPUT, f"printed more than {self.cap // 1024} KB; killed", out, wall, cpu)
         if self.timed_out:
