@@ -397,3 +397,18 @@ def test_a_program_whose_grader_died_is_ended_by_the_next_sandbox_opened():
     assert living(marker)  # the program sleeps on, its grader gone
     sb.Sandbox.open("rlimits")
     assert living(marker) == set()
+
+
+def test_humaneval_counts_a_pass_through_an_object_equal_to_anything_at_the_top_and_shows_it_with_the_failures(box):
+    laundered = graded(box, ALWAYS_EQUAL + "    return Anything()\n")
+    right, wrong = graded(box, RIGHT), graded(box, WRONG)
+    assert laundered.passed and "Anything whose own __eq__" in laundered.suspect, laundered
+    assert right.passed and right.suspect is None and not wrong.passed and wrong.suspect is None
+    as_int = graded(box, "    return int(any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:]))\n")
+    assert as_int.passed and "returned int, a type the reference solution never returns (bool)" in as_int.suspect
+    records = [{"problem": PROBLEM.id, "sample": i, "finish_reason": "stop", **g.as_dict()}
+               for i, g in enumerate((laundered, right, wrong))]
+    trap = h.traps(records)
+    assert trap.counts[h.grading.SUSPECT] == 1 and "1 pass(es) went through a return value" in trap.headline()
+    table = h.failures(h.frame(records))
+    assert list(table["reason"]) == ["passed, SUSPECT", sb.ASSERTION] and "__eq__" in table["detail"].iloc[0]

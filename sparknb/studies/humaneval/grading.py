@@ -7,13 +7,16 @@ Three ways this benchmark lies, each made impossible to miss here:
   string or at max_tokens, and mark the score.
 - An answer with no code at all is not a wrong program: it is counted apart, as "no code".
 - A program that exits early, is killed or prints "passed" is not a pass: only the sandbox's proof that
-  the checks ran to their end is.
+  the checks ran to their end is. A pass through a returned object whose class the program gave its own
+  `__eq__` (it equals anything, so every `assert f(x) == y` holds), or of a type the reference solution never
+  returns, is a suspect pass: counted at the top with the cut answers.
 In completion style the classic stop strings are still applied, after generation, where they cannot cut
 any thinking: the program is then the one the original benchmark ran.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -30,9 +33,10 @@ FENCE = re.compile(r"```([^\n`]*)\n(.*?)(```|\Z)", re.S)
 
 NO_CODE = "no code"
 CUT = "cut"
+SUSPECT = "suspect pass"  # a pass through a return value the checks cannot trust
 REASONS = (sb.PASSED, sb.ASSERTION, sb.ERROR, sb.TIMEOUT, sb.MEMORY, sb.OUTPUT, sb.EXITED, sb.KILLED, NO_CODE, CUT)
 COLUMNS = ["problem", "sample", "passed", "reason", "detail", "flag", "how", "finish_reason", "completion_tokens",
-           "total_s", "sandbox_wall_s", "sandbox_cpu_s", "resumed"]
+           "total_s", "sandbox_wall_s", "sandbox_cpu_s", "suspect", "resumed"]
 
 
 def strip_thinking(text: str) -> str:
@@ -111,6 +115,7 @@ class Grade:
     passed: bool
     sandbox_wall_s: float | None
     sandbox_cpu_s: float | None
+    suspect: str | None = None  # why a pass cannot be trusted: what the sandbox's watch saw it return
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -123,9 +128,21 @@ def grade(problem: Problem, style: str, text: str, finish_reason: str | None, st
     flagged = flag(answer, finish_reason, stop)
     if answer.code is None:
         return Grade(None, answer.how, flagged, reason(None, flagged), answer.how, "", False, None, None)
-    result = box.run(program(problem, answer.code))
+    result = box.run(program(problem, answer.code), watch=problem.entry_point)
+    if result.passed and not result.suspect:
+        result = result.against(reference_types(problem, box))
     return Grade(answer.code, answer.how, flagged, reason(result.status, flagged), result.detail, result.output,
-                 result.passed, result.wall_s, result.cpu_s)
+                 result.passed, result.wall_s, result.cpu_s, result.suspect)
+
+
+@functools.lru_cache(maxsize=1024)
+def reference_types(problem: Problem, box: sb.Sandbox) -> frozenset[str] | None:
+    """The types the reference solution returns through the checks, run once per problem and sandbox, only for an
+    answer that passed (None where the data has none, or it does not pass here)."""
+    if not problem.canonical:
+        return None
+    result = box.run(program(problem, problem.prompt + problem.canonical), watch=problem.entry_point)
+    return frozenset(result.returned) if result.passed and result.returned and not result.suspect else None
 
 
 def is_graded(record: dict) -> bool:

@@ -18,8 +18,11 @@ def reasons_table(df: pd.DataFrame, label: str, other: pd.DataFrame | None = Non
 
 
 def failures(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
-    """The first n failed answers with why: a reader checks here that the failures are the model's, not the harness's."""
-    failed = df[~df["passed"]][["problem", "sample", "reason", "detail", "how"]].head(n)
+    """The suspect passes, then the first n failed answers, with why: a reader checks here that the failures are the
+    model's, not the harness's, and that no pass is the harness's either."""
+    suspect = df[df["passed"] & df["suspect"].notna()].assign(reason="passed, SUSPECT", detail=lambda d: d["suspect"])
+    failed = pd.concat([d for d in (suspect, df[~df["passed"]].head(n)) if len(d)] or [df.head(0)])
+    failed = failed[["problem", "sample", "reason", "detail", "how"]]
     return failed.set_index(["problem", "sample"])
 
 

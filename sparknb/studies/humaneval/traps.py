@@ -1,4 +1,4 @@
-"""HumanEval's traps: answers cut by a stop string or at max_tokens, or without code, as recorded when graded."""
+"""HumanEval's traps: answers cut by a stop string or at max_tokens, without code, or suspect passes, as recorded when graded."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..batch import traps as batch
 from ..batch.traps import CUT_BY_STOP, HIT_MAX_TOKENS, LOOPED, examples_markdown, verdict_markdown
-from .grading import NO_CODE, is_graded
+from .grading import NO_CODE, SUSPECT, is_graded
 
 __all__ = ["Traps", "examples_markdown", "traps", "verdict_markdown"]
 
@@ -25,9 +25,17 @@ class Traps(batch.Traps):
     STOP_CUTS = "and inside a chat answer's code block"
 
     def why(self) -> str:
-        if super().why() or not self.counts.get(NO_CODE):
+        if super().why() or not (self.counts.get(NO_CODE) or self.counts.get(SUSPECT)):
             return super().why()
+        if not self.counts.get(NO_CODE):
+            return " Read the suspect passes in the table of failures below."
         return " Answers without a fenced Python block: read the examples below; the model may answer in prose."
+
+    def more(self) -> str:
+        n = self.counts.get(SUSPECT, 0)
+        return (f" {n} pass(es) went through a return value the checks cannot trust (an object whose class the "
+                "program gave its own __eq__, or a type the reference solution never returns): suspect, and shown "
+                "with the failures below." if n else "")
 
     def coda(self) -> str:
         after = (f" {self.cut_after} completion(s) were cut after generation at a classic stop string, as the "
@@ -39,10 +47,11 @@ class Traps(batch.Traps):
 
 
 def traps(records: Sequence[dict], stop: Sequence[str] = (), share_limit: float = 0.05, n_examples: int = 3) -> Traps:
-    """Count the answers cut by a stop string, cut at max_tokens, or without code; keep raw examples."""
-    count = batch.Count({CUT_BY_STOP: 0, HIT_MAX_TOKENS: 0, LOOPED: 0, NO_CODE: 0}, n_examples)
+    """Count the answers cut by a stop string, cut at max_tokens, looping, without code, or passed suspectly; keep raw
+    examples."""
+    count = batch.Count({CUT_BY_STOP: 0, HIT_MAX_TOKENS: 0, LOOPED: 0, NO_CODE: 0, SUSPECT: 0}, n_examples)
     cut_after = 0
     for r in filter(is_graded, records):
         cut_after += "cut after generation" in (r.get("how") or "")
-        count.add(r, r.get("flag"), problem=str(r["problem"]))
+        count.add(r, r.get("flag") or (SUSPECT if r.get("suspect") else None), problem=str(r["problem"]))
     return Traps(count.n, count.counts, share_limit, tuple(stop), count.examples, cut_after)
