@@ -76,16 +76,19 @@ def outside(name: str) -> Path:
 
 
 def living(marker: str | None = None) -> set[int]:
-    """Pids of the host's processes, not zombies, running `sleep marker`, or else running as a
-    sandbox's own uid where sparknb is root (read from /proc, nothing is signalled)."""
+    """Pids of the host's processes, not zombies, running `sleep marker`, or else in a cgroup this test process's
+    sandboxes made (where none can be made: running as a sandbox's own uid, which other processes' sandboxes
+    share). Read from /proc; nothing is signalled."""
+    ours, cgroups = f"sparknb-sandbox-{os.getpid()}-", fence.cgroup_root() is not None
     found = set()
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            status, cmdline = (proc / "status").read_text(), (proc / "cmdline").read_bytes()
+            status, cmdline, cgroup = ((proc / name).read_bytes().decode(errors="replace")
+                                       for name in ("status", "cmdline", "cgroup"))
         except OSError:
             continue
         uid = int(status.split("Uid:\t")[1].split()[0])
-        mine = cmdline == f"sleep\0{marker}\0".encode() if marker else uid in fence.UIDS
+        mine = cmdline == f"sleep\0{marker}\0" if marker else ours in cgroup if cgroups else uid in fence.UIDS
         if mine and "State:\tZ" not in status:
             found.add(int(proc.name))
     return found

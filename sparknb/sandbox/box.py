@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import SandboxError
@@ -117,7 +117,7 @@ class Sandbox:
             listener.bind(("127.0.0.1", 0))
             listener.listen(1)
             listener.setblocking(False)
-            result = self.run(PROBE.format(port=listener.getsockname()[1]))
+            result = self._run_with(PROBE.format(port=listener.getsockname()[1]), None, None, self._probe_limits())
             try:
                 reached = listener.accept()[0]
             except BlockingIOError:
@@ -141,27 +141,36 @@ class Sandbox:
         its files are gone; it never raises for what the program does. `watch` names a function whose returns
         are checked (Result.suspect): for a class of the program's own with its own __eq__, and for a type not
         in `expect` (the types a reference solution returns)."""
+        return self._run_with(program, watch, expect, self.limits)
+
+    def _probe_limits(self) -> Limits:
+        """The probe tests the level, not the limits: a wall clock of a second can pass on a loaded machine before a
+        launcher has started at all."""
+        return replace(self.limits, wall_s=max(self.limits.wall_s, 60.0), cpu_s=max(self.limits.cpu_s, 10))
+
+    def _run_with(self, program: str, watch: str | None, expect, limits: Limits) -> Result:
         t0 = time.perf_counter()
         uid = fence.fresh_uid() if self.root else None
         try:
             with self._folder(uid) as folder:
                 launch = MODULES[self.level].launch(self.launcher, self.interpreter.prefixes, uid, folder,
-                                                    self.limits.file_mb * 1024 * 1024)
-                return self._run(launch, folder, program, watch, expect, t0)
+                                                    limits.file_mb * 1024 * 1024)
+                return self._run(launch, folder, program, watch, expect, t0, limits)
         finally:
             fence.release(uid)
 
-    def _run(self, launch: Launch, folder: str, program: str, watch: str | None, expect, t0: float) -> Result:
+    def _run(self, launch: Launch, folder: str, program: str, watch: str | None, expect, t0: float,
+             limits: Limits) -> Result:
         cgroup = fence.Cgroup(self.cgroups) if self.cgroups else None
         try:
-            proc, report, nonce = self._start(launch, folder, watch, cgroup)
+            proc, report, nonce = self._start(launch, folder, watch, cgroup, limits)
         except OSError as e:
             if cgroup:
                 cgroup.remove()
             return Result(ERROR, f"the sandbox did not start ({type(e).__name__}: {e})", "", time.perf_counter() - t0, None)
-        watcher = Watch(proc, report, nonce, (b"\n" if cgroup else b"") + program.encode(), self.limits)
+        watcher = Watch(proc, report, nonce, (b"\n" if cgroup else b"") + program.encode(), limits)
         try:
-            watcher.follow(t0 + self.limits.wall_s)
+            watcher.follow(t0 + limits.wall_s)
         finally:
             cpu = self._end(proc, cgroup, launch.user if launch.user is not None else launch.setup.get("uid"))
             watcher.close()
@@ -170,13 +179,13 @@ class Sandbox:
             fence.sweep(launch.user, self.places)
         return watcher.result(time.perf_counter() - t0, cpu, watch is not None, expect)
 
-    def _start(self, launch: Launch, folder: str, watch: str | None, cgroup: fence.Cgroup | None):
+    def _start(self, launch: Launch, folder: str, watch: str | None, cgroup: fence.Cgroup | None, limits: Limits):
         """The launcher started (held at the gate until it is in its cgroup) with the harness's two pipes."""
         report_r, report_w = os.pipe()
         nonce_r, nonce_w = os.pipe()
         setup = launch.setup | ({"watch": watch} if watch else {})
         harness = [self.interpreter.path, "-I", "-B", "-u", "-c", HARNESS, str(report_w), str(nonce_r),
-                   json.dumps(self.limits.rlimits()), json.dumps(setup)]
+                   json.dumps(limits.rlimits()), json.dumps(setup)]
         env = {"HOME": launch.home, "TMPDIR": launch.home, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         try:
             proc = subprocess.Popen((GATE if cgroup else []) + launch.argv + harness, stdin=subprocess.PIPE,
