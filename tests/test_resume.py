@@ -17,6 +17,7 @@ from sparknb.execute import ExecuteError, run_notebook
 from sparknb.run import read_records, verify
 from sparknb.schedule import Schedule
 from sparknb.serving import testbed
+from sparknb.studies import decode
 from support import free_port
 
 MODEL = "tiny-dense-llamacpp"
@@ -81,8 +82,10 @@ def test_a_killed_decode_run_is_finished_by_resume_from(tmp_path):
     first = killed_halfway(tmp_path, "decode", DECODE, 3)
     done = {(r["prompt_length"], r["rep"]) for r in read_records(first) if "error" not in r}
     assert 3 <= len(done) < 8
-    with pytest.raises(ExecuteError, match="output_tokens: 48 there, 32 here"):  # other settings: refused
-        run_notebook("decode", {**DECODE, "output_tokens": 32, "resume_from": first.name}, tmp_path / "outputs")
+    other = decode.Plan.build(**{k: v for k, v in DECODE.items() if k != "model"} | {"output_tokens": 32},
+                              resume_from=first.name, outputs=str(tmp_path / "outputs"))
+    with pytest.raises(DataError, match="output_tokens: 48 there, 32 here"):  # as the notebook asks, before start()
+        decode.reusable(other, MODEL)
     records, generated = resumed(tmp_path, "decode", DECODE, first)
     reused = {(r["prompt_length"], r["rep"]) for r in records if r.get("resumed_from") == first.name}
     asked = [(r["prompt_length"], r["rep"]) for r in records if not r.get("resumed_from")]
