@@ -7,7 +7,7 @@ import pytest
 from support import outputs_text, run_notebook
 from test_mmlu_pro_data import SHARED, needs_shared
 
-from sparknb import metrics
+from sparknb import metrics, sequential
 from sparknb.client import Endpoint
 from sparknb.errors import ParamsError
 from sparknb.run import read_records, verify
@@ -83,3 +83,17 @@ def test_a_prompt_too_long_for_the_context_is_refused_with_its_real_length(tmp_p
         assert fits.longest[1] == longest
     finally:
         ep.close()
+
+
+def test_a_sequential_run_asks_the_first_runs_order_and_shows_and_seals_its_sequence(tmp_path, tiny_dense):
+    nb, first = run(tmp_path, tiny_dense, max_tokens=16, sequential=True, budget=10)
+    asked = [r["question_id"] for r in sorted(read_records(first), key=lambda r: r["order"])]
+    params = json.loads((first / "params.json").read_text())["settings"]
+    assert asked == sequential.order(params["questions"], 0)[:10]  # its seeded order, up to its budget
+    nb2, second = run(tmp_path, tiny_dense, max_tokens=16, sequential=True, margin=0.05, compare_with=str(first))
+    held = json.loads((second / "summary.json").read_text())["sequential"]
+    assert held["design"] == {"margin": 0.05, "budget": 10, "alpha": 0.05} and held["questions"] <= 10
+    assert held["outcome"] in ("better", "worse", "equivalent", "cannot tell") and len(held["path"]) == held["questions"]
+    text = outputs_text(nb2)
+    assert "a 95% confidence sequence valid at every count" in text and "McNemar" not in text
+    assert {r["question_id"] for r in read_records(second)} <= set(asked) and verify(second) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ... import sequential
 from ...verdict import decide
 from .headline import Headline
 
@@ -70,29 +71,5 @@ def plot(h: Headline, title: str = ""):
 def sequence_plots(h: Headline) -> list:
     """One chart per sequentially decided comparison: the confidence sequence narrowing as answers arrive (valid at
     every count, so it may be read at any of them), the margin band set before the run, and where it stopped."""
-    return [_sequence(r.study, r.figure, s, h.base, r.sequences[s]) for r in h.rows for s in h.subjects[1:]
-            if s in r.sequences]
-
-
-def _sequence(study: str, figure: str, subject: str, base: str, seq: dict):
-    from matplotlib.figure import Figure
-
-    n, low, high, estimate = (list(x) for x in zip(*seq["path"])) if seq["path"] else ([], [], [], [])
-    margin = 100 * seq["design"]["margin"]
-    fig = Figure(figsize=(8.5, 3.6))
-    ax = fig.subplots()
-    ax.axhspan(-margin, margin, color="grey", alpha=0.15, label=f"+/-{margin:.0f}-point margin")
-    ax.axhline(0, color="grey", ls=":")
-    ax.fill_between(n, [100 * x for x in low], [100 * x for x in high], color="C0", alpha=0.3,
-                    label="95% confidence sequence")
-    ax.plot(n, [100 * x for x in estimate], color="C0", lw=1, label="difference so far")
-    if seq.get("stopped_at"):
-        ax.axvline(seq["stopped_at"], color="C3", ls="--", label=f"stopped at {seq['stopped_at']:,}: {seq['outcome']}")
-    k = min(len(n) - 1, 20)  # the first answers' sequence spans +/-100 points: scale to where it has narrowed
-    span = min(100.0, max([3 * margin] + ([100 * abs(low[k]), 100 * abs(high[k])] if n else [])))
-    ax.set_ylim(-span, span)
-    ax.set_xlabel("questions answered by both, in the first run's order")
-    ax.set_ylabel(f"{subject} minus {base} (points)")
-    ax.set_title(f"{study}: {figure}, sequential", fontsize=10)
-    ax.legend(fontsize=8, loc="upper right")
-    return fig
+    return [sequential.plot(r.sequences[s], f"{r.study}: {r.figure}", s, h.base) for r in h.rows
+            for s in h.subjects[1:] if s in r.sequences]
