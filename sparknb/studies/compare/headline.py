@@ -65,7 +65,8 @@ class Headline:
 def _outcome(d) -> str:
     if d.outcome == "wins":
         return f"{d.winner} ahead"
-    return {"cannot tell": "cannot tell apart", "equivalent": "equivalent within the margin", "caveated": "caveated: does not decide",
+    return {"cannot tell": "cannot tell apart", "equivalent": "equivalent within the margin",
+            "caveated": "caveated: does not decide",
             "not comparable": "not comparable", "trap": "the short-prompt trap: does not decide",
             "context": "context"}[d.outcome]
 
