@@ -243,8 +243,8 @@ class Live:
     question before it in A's order has its answer, then fed to the sequence; `decided` tells the batch to send
     no more. Answers reused from an interrupted run are added first: the same state as if never interrupted."""
 
-    def __init__(self, ids: Sequence[str], a_right: Mapping[str, bool], design: Design):
-        self.ids, self.a, self.b = list(ids), {str(k): bool(v) for k, v in a_right.items()}, {}
+    def __init__(self, ids: Sequence[str], a_right: Mapping[str, bool], design: Design, key: str = "question_id"):
+        self.ids, self.a, self.b, self.key = list(ids), {str(k): bool(v) for k, v in a_right.items()}, {}, key
         self.sequence, self.fed = PairedSequence(design), 0
 
     def add(self, question: str, right: bool) -> None:

@@ -138,12 +138,15 @@ def _ask(study: Study, work, q: Questions, log: Callable[[str], None]) -> tuple[
     if work.reused:
         log(f"{len(work.reused)} {q.noun} reused from {work.resumed.id}; asking the other {total}")
     tally, pending = Tally(), {}
+    live = getattr(work, "live", None)  # a sequential run: no question is sent once its sequence has decided
 
     def graded(index: int, answer: Completion) -> None:  # on the batch's thread, or a grader's
         rec = q.record(todo[index], answer, index)
         with lock:
             run.record(rec)  # on disk before the next question is sent, where graded on the batch's thread
             tally.add(rec, q.right)
+            if live is not None:
+                live.add(rec[live.key], rec[q.right])
             if tally.answered % step == 0 or tally.answered == total:
                 log(tally.line(total, time.perf_counter() - t0, rec, q))
 
@@ -161,7 +164,8 @@ def _ask(study: Study, work, q: Questions, log: Callable[[str], None]) -> tuple[
     cpu0, t0 = time.process_time(), time.perf_counter()
     pool = ThreadPoolExecutor(q.graders, thread_name_prefix="batch-grader") if q.graders else None
     try:
-        stream.batch(study.streaming(), [q.call(item) for item in todo], work.plan.concurrency, done,
+        calls = (q.call(item) for item in todo)
+        stream.batch(study.streaming(), live.until_decided(calls) if live else list(calls), work.plan.concurrency, done,
                      stop_on_error=True)
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         wait(pending)  # on the futures: a thread's join interrupted by Ctrl-C can return early when asked again
