@@ -152,8 +152,8 @@ def test_mtp_tokens_per_step_are_the_servers_own_counts_per_request(served, tmp_
         assert r["server"]["spec_decode"]["tokens_per_step"] == pytest.approx(
             own["decode_tokens"] / (own["decode_tokens"] - accepted)), r["kind"]
     steps = {row["prompt"]: row["tokens/step"] for row in json.loads((folder / "summary.json").read_text())["table"]}
-    if name == "smollm2-draft":
-        assert len(set(steps.values())) == len(steps) and min(steps.values()) > 1, steps  # by kind of text
+    if name == "smollm2-draft":  # the file drafting for itself at greedy decoding: its drafts are accepted
+        assert min(steps.values()) > 3, steps
 
 
 @pytest.mark.server
@@ -169,3 +169,4 @@ def test_a_draft_model_loaded_but_never_used_is_said(served, tmp_path):
                                                "temperature": 0.0, "output_tokens": 32, "random_filler": False})
     text = " ".join(f["text"] for f in json.loads((folder / "summary.json").read_text())["findings"])
     assert "A draft model is loaded" in text and "never drafts" in text and "--spec-type draft-simple" in text
+

@@ -10,6 +10,9 @@ real text, a real chat template and real format failures, fast on 2 cores (about
 Three servings of the one file, so that a study can set speculation beside none on the same weights:
 `smollm2` plain, `smollm2-draft` drafting with the file itself (`--spec-type draft-simple`: a draft model
 loaded without it is never used), `smollm2-ngram` with llama-server's n-gram lookup (`ngram-simple`).
+A draft identical to the model is accepted whenever decoding is greedy (measured: 3.88 tokens per step, 128
+tokens in 33 steps, for every kind of text at temperature 0): it shows the mechanics and the cost of drafting,
+not how acceptance moves with the text; n-gram lookup does that.
 """
 
 from __future__ import annotations
