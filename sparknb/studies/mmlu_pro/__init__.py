@@ -10,18 +10,8 @@ from .compare import BatchSpeed, Comparison, batch_speed, compare, comparison_ma
 from .data import FILES, LETTERS, Dataset, Question, download, draw, heading, load, load_suite
 from .findings import findings, summary
 from .headline import headline_rows
-from .grading import (
-                      CUT_BY_STOP,
-                      HIT_MAX_TOKENS,
-                      NO_ANSWER_LINE,
-                      Extraction,
-                      Grade,
-                      answered,
-                      extract,
-                      flag,
-                      frame,
-                      grade,
-)
+from .grading import CUT_BY_STOP, HIT_MAX_TOKENS, NO_ANSWER_LINE, Extraction, Grade, answered, extract, flag, frame
+from .grading import grade
 from .traps import Traps, examples_markdown, traps, verdict_markdown
 from .measure import Batch, ask
 from .plan import NOTEBOOK, Plan, Work, prepare, prompt_tokens
