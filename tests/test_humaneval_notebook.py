@@ -10,6 +10,7 @@ from support import outputs_text, run_notebook
 
 from sparknb.run import read_records, verify
 from sparknb.studies import humaneval as h
+from sparknb.studies.batch.traps import LOOPED
 
 pytestmark = pytest.mark.server
 
@@ -26,7 +27,8 @@ def test_notebook_on_tiny_dense_grades_every_noise_answer_and_compares(tmp_path,
     assert all(r["completion_tokens"] <= 48 for r in records)
     summary = json.loads((first / "summary.json").read_text())
     assert summary["graded"] == 6 and summary["pass_at_1"]["estimate"] <= 1 / 6
-    assert summary["suspect"] is True and summary["traps"]["counts"][h.HIT_MAX_TOKENS] >= 5
+    cut = summary["traps"]["counts"]  # cut at max_tokens: some of the noise repeats itself, and is named a loop
+    assert summary["suspect"] is True and cut[h.HIT_MAX_TOKENS] + cut[LOOPED] >= 5
     ran = sum(r["sandbox_wall_s"] is not None for r in records)
     assert ran >= 5 and summary["sandbox"]["cost"]["programs"] == ran  # completion style: noise is code, run
     assert summary["sandbox"]["level"] == "bubblewrap" and verify(first) == []
