@@ -332,8 +332,9 @@ def told(s: Mapping) -> str:
     fixed, budget = s["saved_against_fixed_sample"], s["saved_against_budget"]
     minutes = "" if fixed["minutes"] is None else f", about {fixed['minutes']:,.0f} minutes of B's time"
     text = (f"sequential, {100 * s['design']['margin']:.0f}-point margin: stopped after {s['questions']:,} of "
-            f"{s['design']['budget']:,} questions ({s['reason']}); a fixed-sample design of the same errors needs "
-            f"{s['fixed_sample']:,}: {fixed['questions']:,} questions saved{minutes}")
+            f"{s['design']['budget']:,} questions ({s['reason']}); a fixed-sample design of the same errors, sized to "
+            f"tell a difference as small as the margin, needs {s['fixed_sample']:,}: {fixed['questions']:,} "
+            f"questions saved{minutes}")
     return text + (f" ({budget['questions']:,} under the budget)" if budget["questions"] > 0 else "")
 
 
