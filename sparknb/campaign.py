@@ -130,8 +130,6 @@ def run(file: str, *, resume: str = "", outputs: str | Path = "", log: Callable[
         return record.path
     record.seal()
     log(f"campaign {record.id}: every cell done, sealed: {record.path}")
-    for line in saved(record.id, outputs):
-        log(line)
     return record.path
 
 
@@ -144,17 +142,6 @@ def against(cell: Cell, campaign: CampaignParams, record: Run) -> Cell:
     key = replace(cell, model=first).key
     done = {r.get("cell"): r.get("run") for r in read_records(record.path) if r.get("status") == "done"}
     return replace(cell, parameters=cell.parameters | {"compare_with": done[key]}) if key in done else cell
-
-
-def saved(campaign_id: str, outputs: str | Path = "") -> list[str]:
-    """What each sequentially decided comparison of the campaign saved: questions, and minutes of the server."""
-    from .sequential import told
-    from .studies import compare
-
-    runs = compare.Plan.build(campaign=campaign_id, outputs=str(outputs)).compared()
-    rows = compare.headline(runs).rows
-    lines = [f"{r.study}, {s} against {runs.base}: {told(seq)}" for r in rows for s, seq in r.sequences.items()]
-    return lines + (["swaps: none saved here, each model is started once either way"] if lines else [])
 
 
 def _open(campaign: CampaignParams, file: str, cells: list[Cell], resume: str,

@@ -16,6 +16,7 @@ from .errors import ParamsError, SparknbError
 from .execute import Interrupted, run_notebook, seal_interrupted
 from .params import load_model
 from .redaction import redact
+from .run import MANIFEST
 from .signing import NAMESPACE, allowed_signers
 
 
@@ -33,6 +34,7 @@ def demo(outputs: str | Path = "") -> tuple[Path, list[dict]]:
     """The tiny campaign (every study on both tiny models, real vLLM CPU servers), then its comparison, which
     names any study that failed; returns the comparison's folder and the cells that failed."""
     record = campaign.run("tiny", outputs=outputs)
+    _saved(record, outputs)
     return run_notebook("compare", {"campaign": record.name}, outputs), campaign.failed(record.name, outputs)
 
 
@@ -47,6 +49,14 @@ def _verify(folder: str) -> int:
         print(f"To trust that key, add it to {allowed_signers()} as\n  NAME namespaces=\"{NAMESPACE}\" "
               f"{seal.signature.public}")
     return 0 if seal.trusted else 1
+
+
+def _saved(record: Path, outputs: str | Path) -> None:
+    """Once a campaign is sealed whole: what its sequentially decided comparisons saved."""
+    if (record / MANIFEST).exists():
+        from .studies.compare import saved
+        for line in saved(record.name, outputs):
+            campaign.say(line)
 
 
 def _failures(failed: list[dict]) -> int:
@@ -141,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             on = _with_ray()[0].Boxes(args.cluster) if args.cluster else None
             record = campaign.run(args.file, resume=args.resume, outputs=args.outputs, on=on,
                                   again=f" --cluster {args.cluster}" if args.cluster else "")
+            _saved(record, args.outputs)
             return _failures(campaign.failed(record.name, args.outputs))
         elif args.command == "cluster" and args.action == "join":
             extra = args.ray_args[1:] if args.ray_args[:1] == ["--"] else args.ray_args

@@ -142,7 +142,8 @@ def test_a_sequential_plan_asks_the_other_runs_answered_questions_in_its_order_a
 def test_a_campaign_runs_a_later_models_sequential_cell_against_the_first_and_says_what_it_saved(tmp_path):
     from types import SimpleNamespace
 
-    from sparknb.campaign import Cell, against, saved
+    from sparknb.campaign import Cell, against
+    from sparknb.studies.compare import saved
 
     outputs = tmp_path / "outputs"
     a = mmlu_run(outputs, "a", lambda q: q % 2 == 0)

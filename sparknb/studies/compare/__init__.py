@@ -11,10 +11,11 @@ from .plan import Plan
 from ..registry import Contract
 from .plots import plot, sequence_plots
 from .record import finish, open_run
+from .saved import saved
 from .story import story
 
 # The comparison reads runs and measures nothing: no measure, no rows of its own.
 STUDY = Contract("compare", Plan, title="The comparison", order=90)
 
 __all__ = ["STUDY", "Headline", "Plan", "browser", "finish", "fingerprint_table", "fingerprint_view", "headline", "in_jupyter",
-           "open_run", "plot", "run_warnings", "sequence_plots", "show", "story", "warnings", "Warned"]
+           "open_run", "plot", "run_warnings", "saved", "sequence_plots", "show", "story", "warnings", "Warned"]
