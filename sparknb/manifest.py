@@ -23,7 +23,7 @@ from pathlib import Path
 
 from . import signing
 from .errors import RunError
-from .strict_json import dumps
+from .strict_json import dumps, read_object
 
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"  # written after the manifest, so outside it
@@ -197,7 +197,7 @@ def check(path: str | Path) -> Seal:
     problems += _ledger_problems(run_id, digest, _records(expected, folder) if "records.jsonl" in expected
                                  and (folder / "records.jsonl").is_file() else None)
     pinned, notes = _pinned(folder)
-    return Seal(tuple(problems + pinned), signature, _json(folder / AFTER_THE_FACT), tuple(notes))
+    return Seal(tuple(problems + pinned), signature, read_object(folder / AFTER_THE_FACT), tuple(notes))
 
 
 def _signature(folder: Path, sealed: dict) -> tuple[signing.Signature | None, list[str]]:
@@ -247,14 +247,6 @@ def _ledger_problems(run_id: str, digest: str | None, records: str | None) -> li
                        for e in earlier if records and e.get("records_sha256") == records]
 
 
-def _json(path: Path) -> dict | None:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
 # --- runs read by a run ---------------------------------------------------------------------------------
 
 def digest(folder: Path) -> str:
@@ -271,7 +263,7 @@ def pins(runs: Sequence) -> list[dict]:
 def _pinned(folder: Path) -> tuple[list[str], list[str]]:
     """Each input whose manifest is no longer the one this run read (a problem), or that is not here (a note)."""
     problems, notes = [], []
-    settings = (_json(folder / "params.json") or {}).get("settings")
+    settings = (read_object(folder / "params.json") or {}).get("settings")
     for pin in (settings.get("inputs") or [] if isinstance(settings, dict) else []):
         found = next((p for p in (folder.parent.parent / pin["notebook"] / pin["run_id"], Path(pin["path"]))
                       if (p / MANIFEST).is_file()), None)

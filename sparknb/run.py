@@ -26,7 +26,7 @@ from .errors import DataError, RunError
 from .manifest import MANIFEST, walk
 from .params import project_root
 from .redaction import redact
-from .strict_json import dumps
+from .strict_json import dumps, read_object
 
 CLAIM = "params.json"  # created first and exclusively: whoever writes it owns the run id
 FAILURE = "failure.json"  # written by a run that stopped halfway, before it is sealed
@@ -223,14 +223,6 @@ class PastRun:
         return ", ".join(self.params.get("models", {})) or self.id
 
 
-def _json(path: Path) -> dict | None:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def _locate(value: str, notebook: str | None, outputs: str | Path) -> Path | None:
     """A folder as typed (notebooks run in notebooks/, so also from the project root), or a run id."""
     base = Path(outputs or outputs_dir())
@@ -248,7 +240,7 @@ def _read_one(value: str, notebook: str | None, what: str, outputs: str | Path) 
     if path is None:
         return (f"{what} {value!r}: no such run folder, nor a run id under {where}. Give the folder of an earlier "
                 f"{kind} (as `sparknb run` printed it) or its run id.")
-    params = _json(path / "params.json")
+    params = read_object(path / "params.json")
     if params is None:
         return f"{what} {value!r}: {path} has no readable params.json, so it is not a sparknb run folder."
     if notebook and params.get("notebook") != notebook:
@@ -259,12 +251,12 @@ def _read_one(value: str, notebook: str | None, what: str, outputs: str | Path) 
     if problems:
         return (f"{what} {value!r}: {path.name} does not match its seal ({'; '.join(problems)}). Its numbers cannot "
                 "be trusted: compare with an intact run, or seal an interrupted one with `sparknb seal FOLDER`.")
-    fingerprint = _json(path / "fingerprint.json")
+    fingerprint = read_object(path / "fingerprint.json")
     if fingerprint is None:
         return (f"{what} {value!r}: {path.name} has no fingerprint.json; without it nobody can tell whether it ran "
                 "on the same box and server build.")
-    return PastRun(path, params, fingerprint, read_records(path), _json(path / "summary.json"),
-                   _json(path / FAILURE), manifest.digest(path), seal.verdict)
+    return PastRun(path, params, fingerprint, read_records(path), read_object(path / "summary.json"),
+                   read_object(path / FAILURE), manifest.digest(path), seal.verdict)
 
 
 def read_past(values: str | Sequence[str], notebook: str | None, *, what: str = "compare_with",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 _MISSING = {"NAType", "NaTType"}  # pandas' NA and NaT: unknown, so null
@@ -32,3 +33,12 @@ def clean(value: Any) -> Any:
 def dumps(value: Any, **options: Any) -> str:
     """JSON text a strict parser reads: NaN and infinities as null, anything else JSON lacks as its str()."""
     return json.dumps(clean(value), allow_nan=False, default=str, **options)
+
+
+def read_object(path: Path) -> dict | None:
+    """The JSON object in a run's file, or None where it is missing, unreadable or not an object."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
