@@ -139,7 +139,7 @@ def build(*, jobs: int | None = None, log=print) -> Path:
     """Download, check, configure and build under a lock; returns the installed llama-server."""
     final = build_dir()
     final.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(final.parent / f".{final.name}.lock", log):
+    with held(final.parent / f".{final.name}.lock", log):
         if built():  # another builder finished while we waited
             return built()
         tools = _tools()
@@ -163,7 +163,7 @@ def build(*, jobs: int | None = None, log=print) -> Path:
 
 
 @contextlib.contextmanager
-def _lock(path: Path, log) -> Iterator[None]:
+def held(path: Path, log) -> Iterator[None]:
     """One builder per version; the others wait (bounded) and then use its result."""
     with open(path, "a+") as fh:
         deadline, told = time.monotonic() + LOCK_WAIT_S, False
@@ -204,12 +204,12 @@ def _build_in(work: Path, tools: dict[str, str], jobs: int, log) -> dict:
     build = work / "build"
     generator = ["-G", "Ninja"] if "ninja" in tools else []
     t0 = time.monotonic()
-    _step("configure", [tools["cmake"], "-S", str(source), "-B", str(build), *generator, *CMAKE_FLAGS],
+    step("configure", [tools["cmake"], "-S", str(source), "-B", str(build), *generator, *CMAKE_FLAGS],
           work / "configure.log", CONFIGURE_S, log)
     t1 = time.monotonic()
     log(f"building {', '.join(TARGETS)} with {jobs} jobs (log: {build_dir().parent}/last-build.log once done)")
     try:
-        _step("build", [tools["cmake"], "--build", str(build), "-j", str(jobs), "--target", *TARGETS],
+        step("build", [tools["cmake"], "--build", str(build), "-j", str(jobs), "--target", *TARGETS],
               work / "build.log", BUILD_S, log)
     finally:
         shutil.copy2(work / "build.log", build_dir().parent / "last-build.log")
@@ -220,19 +220,27 @@ def _build_in(work: Path, tools: dict[str, str], jobs: int, log) -> dict:
             "cpu": _cpu_model(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
+def given(variable: str, name: str, fix: str = "") -> Path | None:
+    """The file $variable names instead of a download (None where it is unset); one that is not a file is an
+    error naming what it should point at."""
+    value = os.environ.get(variable)
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise BuildError(f"${variable} names {path}, which is not a file; point it at {name}{fix}, or unset it to "
+                         "download it from PyPI")
+    return path
+
+
 def _sdist(work: Path, log) -> Path:
     """The sdist from $SPARKNB_LLAMA_CPP_SDIST or from PyPI (pip download), checked against its sha256."""
     name = f"{SOURCE['package'].replace('-', '_')}-{SOURCE['version']}.tar.gz"
-    given = os.environ.get(SDIST_ENV_VAR)
-    if given:
-        path = Path(given).expanduser()
-        if not path.is_file():
-            raise BuildError(f"${SDIST_ENV_VAR} names {path}, which is not a file; point it at {name}, or unset it "
-                             "to download it from PyPI")
-    else:
+    path = given(SDIST_ENV_VAR, name)
+    if path is None:
         spec = f"{SOURCE['package']}=={SOURCE['version']}"
         log(f"downloading the {spec} sdist from PyPI (77 MB)")
-        _step("download", [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+        step("download", [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                            "--disable-pip-version-check", "-d", str(work), spec],
               work / "download.log", DOWNLOAD_S, log, fix=f"download {name} where PyPI can be reached and set "
               f"{SDIST_ENV_VAR} to it, or set {ENV_VAR} to a llama-server of your own")
@@ -257,7 +265,7 @@ def _extract(sdist: Path, into: Path) -> Path:
     return into / prefixes[0]
 
 
-def _step(what: str, argv: list[str], log_file: Path, limit: float, log, fix: str | None = None,
+def step(what: str, argv: list[str], log_file: Path, limit: float, log, fix: str | None = None,
           who: str = "llama-server") -> None:
     with open(log_file, "w") as out:
         try:

