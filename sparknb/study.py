@@ -163,6 +163,20 @@ def named(rows: pd.DataFrame) -> str:
                      for _, r in rows.iterrows())
 
 
+def left_out(df: pd.DataFrame, figure: str, lacking: str, why: str) -> list[Finding]:
+    """Requests left out of every figure, each counted and named: those another client disturbed, and those
+    without `figure` (a column: a decode speed, a first-token time), which lack `lacking` because `why`."""
+    notes = []
+    if dropped := df["interference"].notna().sum():
+        notes.append(warning(f"{dropped} request(s) were left out because another client used the server "
+                             "meanwhile; see the 'interference' column of the records."))
+    missing = df[df["interference"].isna() & df[figure].isna()]
+    if len(missing):
+        notes.append(warning(f"{len(missing)} request(s) have no {lacking} and are left out of every figure: "
+                             f"{named(missing)}. {why}", tuple(sorted({int(n) for n in missing["prompt_length"]}))))
+    return notes
+
+
 def capped(df: pd.DataFrame, stopped: dict[int, str], client: str, server: str, what: str) -> list[Finding]:
     """Lengths where repetitions auto hit its cap before its precision target: context, not a doubt (the row's own
     interval already says how precise its median is; a busy box, drift or outliers are their own findings), with

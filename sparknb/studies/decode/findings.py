@@ -8,7 +8,7 @@ import pandas as pd
 from ...bandwidth import FAR_BELOW, IMPOSSIBLE, Limit
 from ...report import Finding, info, warning
 from ...schedule import AUTO_FIRST
-from ...study import capped, drifts, named
+from ...study import capped, drifts, left_out
 from ...verdict import MIN_SAMPLES
 from .tables import BURST, SPREAD, clean
 
@@ -31,17 +31,8 @@ def _lengths(values) -> tuple[int, ...]:
 
 
 def _about_requests(df: pd.DataFrame) -> list[Finding]:
-    notes = []
-    dropped = df["interference"].notna().sum()
-    if dropped:
-        notes.append(warning(f"{dropped} request(s) were left out because another client used the server "
-                             "meanwhile; see the 'interference' column of the records."))
-    unmeasured = df[df["interference"].isna() & df["decode_tok_s"].isna()]
-    if len(unmeasured):
-        notes.append(warning(f"{len(unmeasured)} request(s) have no decode speed and are left out of every figure: "
-                             f"{named(unmeasured)}. Their answers gave no time between a first and a last token, or "
-                             "no token count (usage); their records keep what the server sent.",
-                             _lengths(unmeasured["prompt_length"])))
+    notes = left_out(df, "decode_tok_s", "decode speed", "Their answers gave no time between a first and a last "
+                     "token, or no token count (usage); their records keep what the server sent.")
     unchecked = sorted(set(df["unchecked"].dropna())) if "unchecked" in df else []
     if unchecked:
         notes.append(warning(f"The server's counters could not be read for: {'; '.join(unchecked)}. Those "

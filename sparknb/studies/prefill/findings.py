@@ -15,7 +15,7 @@ import pandas as pd
 
 from ...engines import Engine
 from ...report import Finding, as_records, duration, info, warning
-from ...study import capped, drifts, named
+from ...study import capped, drifts, left_out
 from ...verdict import MIN_SAMPLES
 from .compare import Comparison
 from .fit import Fit
@@ -55,16 +55,8 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, fit_: Fit | None, plan: Plan
 
 def _about_requests(df: pd.DataFrame, plan: Plan) -> list[Finding]:
     """Requests another client disturbed, prompts or answers of the wrong length, counters not given."""
-    notes = []
-    dropped = df["interference"].notna().sum()
-    if dropped:
-        notes.append(warning(f"{dropped} request(s) were left out because another client used the server "
-                             "meanwhile; see the 'interference' column of the records."))
-    untimed = df[df["interference"].isna() & df["ttft_s"].isna()]
-    if len(untimed):
-        notes.append(warning(f"{len(untimed)} request(s) have no first-token time and are left out of every figure: "
-                             f"{named(untimed)}. The server's stream ended without a token the client could time; "
-                             "their records keep what it sent.", tuple(sorted({int(n) for n in untimed["prompt_length"]}))))
+    notes = left_out(df, "ttft_s", "first-token time", "The server's stream ended without a token the client could "
+                     "time; their records keep what it sent.")
     unknown = df["cache_hits"].isna().sum()
     if unknown:
         notes.append(warning(f"{UNCHECKED} for {unknown} of {len(df)} measured request(s): the server's counters "
