@@ -208,7 +208,9 @@ class Endpoint:
             {path: self._probe(path) for path in ("/version", "/props")})
         facts = self.engine.facts(self._ask, mine)
         if self.engine is engines.TRANSFORMERS:  # neither vLLM nor llama-server: does it take requests at all?
-            answer = self._get("/v1/completions", method="POST", json={})
+            # An empty body, on a connection of its own: after transformers serve refuses it, the next request on
+            # the same kept-alive connection was reset (every test of that server failed at GET /metrics).
+            answer = self._get("/v1/completions", method="POST", json={}, headers={"Connection": "close"})
             if answer.status_code in ABSENT:
                 raise self._not_openai("POST", "/completions", answer)
         if self.engine is not engines.VLLM:  # find out now which side doors it lacks
