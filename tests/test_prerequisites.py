@@ -40,6 +40,12 @@ def test_without_bubblewrap_make_stops_in_seconds_naming_the_one_command(tmp_pat
     assert "no bwrap" in done.stderr and "apt-get install -y bubblewrap" in done.stderr, done.stderr
 
 
+def test_without_ssh_keygen_the_tests_stop_naming_the_package(tmp_path):
+    done, took = prerequisites("test", path_without(tmp_path, "ssh-keygen", "apt-get", "dnf"))
+    assert done.returncode == 1 and took < 10, (done, took)
+    assert "no ssh-keygen" in done.stderr and "openssh-client" in done.stderr, done.stderr
+
+
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap is not installed here (.ci/run installs it)")
 def test_a_machine_that_has_everything_the_demo_needs_passes_at_once():
     done, took = prerequisites("demo", os.environ["PATH"])
