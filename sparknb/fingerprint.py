@@ -173,7 +173,8 @@ def _settings(server: dict) -> dict | None:
     from urllib.parse import urlsplit
 
     from . import engines
-    from .serving.processes import LOCAL_HOSTS, listener_command
+    from .guard import listener_command
+    from .serving.processes import LOCAL_HOSTS
 
     engine = engines.ENGINES.get(server.get("engine") or "")
     if engine is None or not engine.speed_flags or not isinstance(server.get("url"), str):

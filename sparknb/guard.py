@@ -143,6 +143,16 @@ def server_processes(url: str) -> set[int]:
     return found
 
 
+def listener_command(port: int) -> list[str] | None:
+    """The command line of the process on this machine listening on `port` (a server's own settings, which no
+    HTTP route of it gives), or None where none is found or it cannot be read (another user's, no /proc)."""
+    for pid in sorted(_socket_owners(_listening_inodes(port))):
+        with contextlib.suppress(OSError):
+            if argv := Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]:
+                return argv
+    return None
+
+
 def _listening_inodes(port: int) -> set[str]:
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):

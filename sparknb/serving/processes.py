@@ -122,34 +122,3 @@ def pick_port(preferred: int | None) -> int:
     """The preferred port if it is free, else any free one (good enough for a local server)."""
     return preferred if preferred and not port_in_use(preferred) else free_port()
 
-
-def listener_command(port: int) -> list[str] | None:
-    """The command line of the process on this machine listening on `port` (a server's own settings, which no
-    HTTP route of it gives), or None where none is found or it cannot be read (another user's, no /proc)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(f"socket:[{fields[9]}]")
-    return next((argv for pid in _pids() if (argv := _holding(pid, inodes))), None) if inodes else None
-
-
-def _pids() -> list[str]:
-    try:
-        return [entry for entry in os.listdir("/proc") if entry.isdigit()]
-    except OSError:
-        return []
-
-
-def _holding(pid: str, inodes: set[str]) -> list[str] | None:
-    try:
-        if not any(os.readlink(f"/proc/{pid}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{pid}/fd")):
-            return None
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
-    except OSError:
-        return None
