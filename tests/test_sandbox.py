@@ -373,12 +373,12 @@ ALWAYS_EQUAL = "    class Anything:\n        def __eq__(self, other):\n         
 ])
 def test_a_pass_through_an_object_equal_to_anything_or_an_unexpected_type_is_suspect(box, answer, why):
     program = h.program(PROBLEM, PROBLEM.prompt + answer)
-    result = box.run(program, watch=PROBLEM.entry_point, expect=frozenset({"bool"}))
+    result = box.run(program, watch=PROBLEM.entry_point).against(frozenset({"bool"}))
     assert result.passed and result.suspect and why in result.suspect, result
 
 
 def test_the_reference_solution_passes_watched_and_is_not_suspect(box):
-    result = box.run(h.program(PROBLEM, PROBLEM.prompt + RIGHT), watch=PROBLEM.entry_point, expect=frozenset({"bool"}))
+    result = box.run(h.program(PROBLEM, PROBLEM.prompt + RIGHT), watch=PROBLEM.entry_point).against(frozenset({"bool"}))
     assert result.passed and result.suspect is None and result.returned == ("bool",), result
     unwatched = box.run(h.program(PROBLEM, PROBLEM.prompt + ALWAYS_EQUAL + "    return Anything()\n"))
     assert unwatched.passed and unwatched.suspect is None  # what the watch alone sees

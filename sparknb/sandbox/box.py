@@ -21,8 +21,8 @@ from . import bubblewrap, fence, namespaces, rlimits
 from .result import ERROR, Launch, Limits, Result
 from .watch import Watch
 
-LEVELS = ("bubblewrap", "namespaces", "rlimits")  # strongest first
 MODULES = {"bubblewrap": bubblewrap, "namespaces": namespaces, "rlimits": rlimits}
+LEVELS = tuple(MODULES)  # strongest first
 WHAT = {level: module.WHAT for level, module in MODULES.items()}
 NOBODY = 65534
 PYTHON = "/usr/bin/python3"  # readable by any user, unlike a virtualenv under /root
@@ -117,7 +117,7 @@ class Sandbox:
             listener.bind(("127.0.0.1", 0))
             listener.listen(1)
             listener.setblocking(False)
-            result = self._run_with(PROBE.format(port=listener.getsockname()[1]), None, None, self._probe_limits())
+            result = self._run_with(PROBE.format(port=listener.getsockname()[1]), None, self._probe_limits())
             try:
                 reached = listener.accept()[0]
             except BlockingIOError:
@@ -136,30 +136,30 @@ class Sandbox:
 
     # -- one program ----------------------------------------------------------------------------------
 
-    def run(self, program: str, watch: str | None = None, expect: frozenset[str] | None = None) -> Result:
+    def run(self, program: str, watch: str | None = None) -> Result:
         """Run one program to its end, its timeout, or its output cap, and return once nothing of it runs and
         its files are gone; it never raises for what the program does. `watch` names a function whose returns
-        are checked (Result.suspect): for a class of the program's own with its own __eq__, and for a type not
-        in `expect` (the types a reference solution returns)."""
-        return self._run_with(program, watch, expect, self.limits)
+        are checked (Result.suspect) for a class of the program's own with its own __eq__, and recorded
+        (Result.returned) for Result.against, which holds them to the types a reference solution returns."""
+        return self._run_with(program, watch, self.limits)
 
     def _probe_limits(self) -> Limits:
         """The probe tests the level, not the limits: a wall clock of a second can pass on a loaded machine before a
         launcher has started at all."""
         return replace(self.limits, wall_s=max(self.limits.wall_s, 60.0), cpu_s=max(self.limits.cpu_s, 10))
 
-    def _run_with(self, program: str, watch: str | None, expect, limits: Limits) -> Result:
+    def _run_with(self, program: str, watch: str | None, limits: Limits) -> Result:
         t0 = time.perf_counter()
         uid = fence.fresh_uid() if self.root else None
         try:
             with self._folder(uid) as folder:
                 launch = MODULES[self.level].launch(self.launcher, self.interpreter.prefixes, uid, folder,
                                                     limits.file_mb * 1024 * 1024)
-                return self._run(launch, folder, program, watch, expect, t0, limits)
+                return self._run(launch, uid, folder, program, watch, t0, limits)
         finally:
             fence.release(uid)
 
-    def _run(self, launch: Launch, folder: str, program: str, watch: str | None, expect, t0: float,
+    def _run(self, launch: Launch, uid: int | None, folder: str, program: str, watch: str | None, t0: float,
              limits: Limits) -> Result:
         cgroup = fence.Cgroup(self.cgroups) if self.cgroups else None
         try:
@@ -172,12 +172,12 @@ class Sandbox:
         try:
             watcher.follow(t0 + limits.wall_s)
         finally:
-            cpu = self._end(proc, cgroup, launch.user if launch.user is not None else launch.setup.get("uid"))
+            cpu = self._end(proc, cgroup, uid)
             watcher.close()
         if launch.sweep:
             self.places = self.places or fence.writable_places(launch.sweep)
-            fence.sweep(launch.user, self.places)
-        return watcher.result(time.perf_counter() - t0, cpu, watch is not None, expect)
+            fence.sweep(uid, self.places)
+        return watcher.result(time.perf_counter() - t0, cpu, watch is not None)
 
     def _start(self, launch: Launch, folder: str, watch: str | None, cgroup: fence.Cgroup | None, limits: Limits):
         """The launcher started (held at the gate until it is in its cgroup) with the harness's two pipes."""
