@@ -31,7 +31,7 @@ def test_a_comparison_is_paired_and_says_when_humaneval_is_too_small_for_a_narro
         cmp = h.compare(df, work_a, "fake", asked.batch)
         study.finish({})
     assert (cmp.pairs.both, cmp.pairs.a_only, cmp.pairs.b_only, cmp.pairs.neither) == (4, 0, 6, 0)
-    assert cmp.pass_a.estimate == 0.4 and cmp.pass_b.estimate == 1.0
+    assert cmp.rate_a.estimate == 0.4 and cmp.rate_b.estimate == 1.0
     assert cmp.difference.estimate == pytest.approx(-0.6) and cmp.difference.high < 0
     assert cmp.test.pvalue == pytest.approx(2 * 0.5 ** 6)  # exact: all 6 discordant problems one way
     assert cmp.table().loc["fake failed"].tolist() == [6, 0]

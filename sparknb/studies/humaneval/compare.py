@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ... import stats
 from ...errors import DataError
 from ..batch.ask import Batch
 from ..batch.compare import Paired, batch_speed, comparison_markdown, needed_text, paired
@@ -23,7 +22,10 @@ __all__ = ["Comparison", "compare", "comparison_markdown", "needed_text", "passe
 
 def passes(records: list[dict]) -> dict[str, bool]:
     """Each problem's verdict on its first answer (sample 0), as recorded: the unit of every paired comparison."""
-    df = frame(records)
+    return _first(frame(records))
+
+
+def _first(df: pd.DataFrame) -> dict[str, bool]:
     first = df[df["sample"] == 0]
     return dict(zip(first["problem"], first["passed"].astype(bool)))
 
@@ -41,14 +43,6 @@ class Comparison(Paired):
     VERDICTS = ("passed", "failed")
     WON = "passed"
     KEYS = ("pass_at_1_a", "pass_at_1_b", "problems_needed")
-
-    @property
-    def pass_a(self) -> stats.Interval:
-        return self.rate_a
-
-    @property
-    def pass_b(self) -> stats.Interval:
-        return self.rate_b
 
     @property
     def beyond_data(self) -> bool:
@@ -72,8 +66,7 @@ def compare(df: pd.DataFrame, work: Work, label: str, batch: Batch | None = None
     other = work.other
     if other is None:
         raise DataError("compare needs compare_with: the folder or run id of another humaneval run.")
-    first = df[df["sample"] == 0]
-    pairs = paired(dict(zip(first["problem"], first["passed"])), passes(other.records), other.id, "problem(s)")
+    pairs = paired(_first(df), passes(other.records), other.id, "problem(s)")
     return Comparison.of(pairs, label, other, work.plan.target_half_width,
                          traps(other.records, tuple(other.settings.get("stop") or ()), work.plan.trap_share),
                          work.plan.differences(work.settings(), other.settings), batch_speed(batch, other),

@@ -25,8 +25,9 @@ class Traps(batch.Traps):
     STOP_CUTS = "and inside a chat answer's code block"
 
     def why(self) -> str:
-        if super().why() or not (self.counts.get(NO_CODE) or self.counts.get(SUSPECT)):
-            return super().why()
+        base = super().why()
+        if base or not (self.counts.get(NO_CODE) or self.counts.get(SUSPECT)):
+            return base
         if not self.counts.get(NO_CODE):
             return " Read the suspect passes in the table of failures below."
         return " Answers without a fenced Python block: read the examples below; the model may answer in prose."
