@@ -185,10 +185,7 @@ class Endpoint:
     def _probe(self, path: str) -> tuple[int, object]:
         """(status, json or None) of a GET, for telling engines apart: any answer is evidence, none is an error."""
         r = self._get(path)
-        try:
-            return r.status_code, r.json()
-        except ValueError:
-            return r.status_code, None
+        return r.status_code, _json(r)
 
     def info(self) -> ServerInfo:
         """Who answers, which engine it is, and whether it serves our model: checked before any measurement."""

@@ -33,8 +33,9 @@ def add(name: str, endpoint: str, *, checkpoint_path: str | None = None, served_
     served = served_name or _only_model(endpoint, key)
     ep = Endpoint(endpoint, served, api_key=key)
     try:
-        info, cache = ep.info(), ep.engine.kv_cache_dtype(ep.metrics_text())
-        drafts = ep.metrics().has(metrics.DRAFTS)
+        info, text = ep.info(), ep.metrics_text()  # one scrape for both: the cache's dtype and the draft counters
+        cache = ep.engine.kv_cache_dtype(text)
+        drafts = text is not None and metrics.Snapshot.parse(text, ep.model, ep.engine).has(metrics.DRAFTS)
     finally:
         ep.close()
     path = _checkpoint(checkpoint_path, info.root)

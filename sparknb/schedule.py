@@ -102,7 +102,7 @@ class Schedule:
         first = [n for n in self.lengths for _ in range(AUTO_FIRST - min(self.sent[n], AUTO_FIRST))]
         if self.order == "grouped":
             for n in self.lengths:
-                while self.sent[n] < AUTO_FIRST or not self._settled(n):
+                while self._wanted(n):
                     self.sent[n] += 1
                     yield n, self.sent[n] - 1
             return

@@ -157,7 +157,7 @@ def _live(other: PastRun, work: Work) -> sequential.Live:
     graded = frame(other.records, tuple(other.settings.get("stop") or ())).set_index("question_id")["correct"]
     right = {str(q): bool(c) for q, c in graded.items()}
     ids = sequential.a_order(other, right)
-    live = sequential.Live(ids, right, sequential.Design(work.plan.margin, work.plan.budget or len(ids)))
+    live = sequential.Live(ids, right, sequential.design_of(work.plan.model_dump(), len(ids)))
     for r in work.reused:
         live.add(r["question_id"], r["correct"])
     return live

@@ -47,7 +47,8 @@ def traps(records: Sequence[dict], stop: Sequence[str] = (), share_limit: float 
     count the answers whose first and last match differ."""
     count = batch.Count({CUT_BY_STOP: 0, HIT_MAX_TOKENS: 0, LOOPED: 0, NO_ANSWER_LINE: 0}, n_examples)
     unparsed = differ = right_last = right_first = 0
-    for r in filter(is_answer, records):
+    answers = [r for r in records if is_answer(r)]
+    for r in answers:
         g = grade(r["answer"], r.get("text", ""), r.get("finish_reason"), stop)
         count.add(r, g.flag, question_id=str(r["question_id"]), category=r["category"])
         unparsed += g.pred is None
@@ -56,4 +57,4 @@ def traps(records: Sequence[dict], stop: Sequence[str] = (), share_limit: float 
             right_last += g.pred == r["answer"]
             right_first += g.first == r["answer"]
     return Traps(count.n, count.counts, share_limit, tuple(stop), count.examples, unparsed, differ, right_last,
-                 right_first, rule_sets.effect([r for r in records if is_answer(r)]))
+                 right_first, rule_sets.effect(answers))
