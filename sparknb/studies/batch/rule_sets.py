@@ -109,9 +109,11 @@ FIRST_LAST = "first and last 'answer is' disagree"
 
 def classify(record: dict, a: RuleSet, b: RuleSet) -> str | None:
     """Why `a` and `b` grade this answer differently (right under one, wrong under the other), or None."""
-    ga, gb = a.grade(record), b.grade(record)
-    if ga.correct == gb.correct:
-        return None
+    return None if a.grade(record).correct == b.grade(record).correct else cause(record, a, b)
+
+
+def cause(record: dict, a: RuleSet, b: RuleSet) -> str:
+    """Why `a` and `b` grade this answer differently, given that they do."""
     text, reasoning = record.get("text") or "", record.get("reasoning") or ""
     cut = {visible(record, rs.stop)[1] for rs in (a, b)}
     if "reasoning" in cut:
@@ -147,9 +149,10 @@ def effect(records: Sequence[dict], lead: str = LEAD) -> dict:
                              "accuracy": accuracy(sum(right[name]), len(records)).as_dict()}
         if name != lead:
             pairs = Pairs.of(right[name], right[lead])
-            why = Counter(classify(r, RULE_SETS[lead], rs) for r in records)
+            why = Counter(cause(r, RULE_SETS[lead], rs)  # graded once above: a cause only where they differ
+                          for r, mine, led in zip(records, right[name], right[lead]) if mine != led)
             out["differences"][name] = {"difference": paired_difference(pairs).as_dict(), "pairs": pairs.as_dict(),
-                                        "why": {k: v for k, v in why.most_common() if k}}
+                                        "why": dict(why.most_common())}
     return out
 
 
