@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ParamsError
 
 INDEX = "model.safetensors.index.json"
-ST_DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2,
-                  "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "BOOL": 1}
 
 
 @dataclass(frozen=True)
@@ -41,12 +39,10 @@ class Shape:
     experts: int = 0
     experts_used: int = 0
     tied: bool = False
-    vocab: int | None = None
     sliding_window: int | None = None
     window_layers: tuple[int, ...] = ()  # the layers capped at the window
     no_kv_layers: tuple[int, ...] = ()  # linear-attention or recurrent layers: a state of fixed size, no KV
     kv_latent: int | None = None  # latent attention (MLA): one latent vector plus its rope part per layer
-    mtp_layers: int = 0  # extra layers past `layers` that only draft (multi-token prediction)
 
 
 @dataclass(frozen=True)
@@ -56,7 +52,6 @@ class Checkpoint:
     tensors: tuple[Tensor, ...]
     shape: Shape
     file_bytes: int  # every file of it on disk, headers included
-    files: tuple[str, ...] = field(default=())
 
 
 def read(path: str | Path) -> Checkpoint:
@@ -84,7 +79,7 @@ def _gguf(path: Path) -> Checkpoint:
     tensors = tuple(Tensor(t.name, tuple(int(d) for d in t.shape), GGMLQuantizationType(t.tensor_type).name,
                            int(t.n_bytes)) for t in reader.tensors)
     meta = {f.name: _value(f) for f in reader.fields.values() if not f.name.startswith("tokenizer.ggml.")}
-    return Checkpoint(str(path), "gguf", tensors, _gguf_shape(meta, tensors), path.stat().st_size, (str(path),))
+    return Checkpoint(str(path), "gguf", tensors, _gguf_shape(meta, tensors), path.stat().st_size)
 
 
 def _value(f):
@@ -102,15 +97,13 @@ def _gguf_shape(meta: dict, tensors: tuple[Tensor, ...]) -> Shape:
     kv = max(kv) if isinstance(kv, list) else kv  # per-layer counts: the widest layer
     head_dim = key("attention.key_length") or (key("embedding_length") // heads if heads else None)
     mtp = key("nextn_predict_layers", 0) or 0
-    embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
     latent = key("attention.kv_lora_rank")
     # No sliding window is read from a GGUF: llama.cpp keeps each architecture's pattern of windowed layers in
     # its own code, not in the file, so every layer is counted at the full context (a bound, said in the census).
     return Shape(layers=int(key("block_count")) - mtp, kv_heads=kv, head_dim=head_dim,
                  dtype=_widest(tensors), experts=key("expert_count", 0) or 0,
                  experts_used=key("expert_used_count", 0) or 0, tied="output.weight" not in names,
-                 vocab=embd.shape[-1] if embd else None,
-                 kv_latent=latent + (key("rope.dimension_count") or 0) if latent else None, mtp_layers=mtp)
+                 kv_latent=latent + (key("rope.dimension_count") or 0) if latent else None)
 
 
 # --- safetensors ------------------------------------------------------------------------------------------
@@ -127,17 +120,17 @@ def _shards(folder: Path) -> list[Path]:
     return files
 
 
-def _header(path: Path) -> tuple[dict, int]:
-    """The file's JSON header (the first 8 bytes give its length) and where the data begins."""
+def _header(path: Path) -> dict:
+    """The file's JSON header (the first 8 bytes give its length)."""
     with path.open("rb") as f:
         (size,) = struct.unpack("<Q", f.read(8))
-        return json.loads(f.read(size)), 8 + size
+        return json.loads(f.read(size))
 
 
 def _safetensors(folder: Path, files: list[Path]) -> Checkpoint:
     tensors = []
     for path in files:
-        header, _ = _header(path)
+        header = _header(path)
         for name, entry in header.items():
             if name != "__metadata__":
                 begin, end = entry["data_offsets"]
@@ -147,8 +140,7 @@ def _safetensors(folder: Path, files: list[Path]) -> Checkpoint:
         raise ParamsError(f"{folder} has no config.json beside its safetensors: the census needs the model's "
                           "layers, heads and experts from it")
     shape = hf_shape(json.loads(config_path.read_text()), tuple(tensors))
-    return Checkpoint(str(folder), "safetensors", tuple(tensors), shape, sum(f.stat().st_size for f in files),
-                      tuple(map(str, files)))
+    return Checkpoint(str(folder), "safetensors", tuple(tensors), shape, sum(f.stat().st_size for f in files))
 
 
 def hf_shape(config: dict, tensors: tuple[Tensor, ...] = ()) -> Shape:
@@ -164,11 +156,10 @@ def hf_shape(config: dict, tensors: tuple[Tensor, ...] = ()) -> Shape:
                      "torch_dtype") or config.get("dtype") or _widest(tensors)),
                  experts=_first(text, "num_experts", "num_local_experts", "n_routed_experts"),
                  experts_used=_first(text, "num_experts_per_tok", "moe_topk"), tied=tied,
-                 vocab=text.get("vocab_size"), sliding_window=text.get("sliding_window") if _windowed(text) else None,
+                 sliding_window=text.get("sliding_window") if _windowed(text) else None,
                  window_layers=tuple(i for i, t in enumerate(types) if t == "sliding_attention"),
                  no_kv_layers=tuple(i for i, t in enumerate(types) if t not in ("sliding_attention", "full_attention")),
-                 kv_latent=latent + (text.get("qk_rope_head_dim") or 0) if latent else None,
-                 mtp_layers=_first(text, "num_nextn_predict_layers", "mtp_num_hidden_layers"))
+                 kv_latent=latent + (text.get("qk_rope_head_dim") or 0) if latent else None)
 
 
 def _first(config: dict, *names: str) -> int:
