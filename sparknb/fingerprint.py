@@ -173,8 +173,7 @@ def _settings(server: dict) -> dict | None:
     from urllib.parse import urlsplit
 
     from . import engines
-    from .guard import listener_command
-    from .serving.processes import LOCAL_HOSTS
+    from .serving.processes import LOCAL_HOSTS, listener_command
 
     engine = engines.ENGINES.get(server.get("engine") or "")
     if engine is None or not engine.speed_flags or not isinstance(server.get("url"), str):

@@ -26,11 +26,10 @@ from urllib.parse import urlsplit
 
 from . import fingerprint
 from .errors import GuardError
+from .serving import processes
 from .strict_json import dumps
 
 OVERRIDE_HINT = "pass force=True (papermill: -p force True) to measure anyway; the override is recorded"
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1", "::")
-LISTEN = "0A"  # the state of a listening socket in /proc/net/tcp
 
 
 class Server(Protocol):
@@ -127,10 +126,10 @@ def _gpu_findings(gpu: dict, server_process: str, allow_pids: set[int]) -> tuple
 def server_processes(url: str) -> set[int]:
     """The processes listening on a local endpoint's port, and all their descendants; empty for a remote one."""
     parts = urlsplit(url)
-    if parts.hostname not in LOCAL_HOSTS and parts.hostname != os.uname().nodename:
+    if parts.hostname not in processes.LOCAL_HOSTS and parts.hostname != os.uname().nodename:
         return set()
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    listeners = _socket_owners(_listening_inodes(port))
+    listeners = processes.listeners(port)
     children: dict[int, list[int]] = {}
     for pid, parent in _parents().items():
         children.setdefault(parent, []).append(pid)
@@ -143,53 +142,12 @@ def server_processes(url: str) -> set[int]:
     return found
 
 
-def listener_command(port: int) -> list[str] | None:
-    """The command line of the process on this machine listening on `port` (a server's own settings, which no
-    HTTP route of it gives), or None where none is found or it cannot be read (another user's, no /proc)."""
-    for pid in sorted(_socket_owners(_listening_inodes(port))):
-        with contextlib.suppress(OSError):
-            if argv := Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]:
-                return argv
-    return None
-
-
-def _listening_inodes(port: int) -> set[str]:
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 9 and fields[3] == LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(fields[9])
-    return inodes
-
-
-def _socket_owners(inodes: set[str]) -> set[int]:
-    """Processes holding one of these sockets; only our own are readable unless we are root."""
-    wanted, owners = {f"socket:[{i}]" for i in inodes}, set()
-    for pid in _pids() if wanted else []:
-        with contextlib.suppress(OSError):
-            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in wanted for fd in os.listdir(f"/proc/{pid}/fd")):
-                owners.add(pid)
-    return owners
-
-
 def _parents() -> dict[int, int]:
     parents = {}
-    for pid in _pids():
+    for pid in processes.pids():
         with contextlib.suppress(OSError, IndexError, ValueError):
             parents[pid] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     return parents
-
-
-def _pids() -> list[int]:
-    try:
-        return [int(e) for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return []
 
 
 def _cmdline(pid: int) -> str | None:

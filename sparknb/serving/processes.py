@@ -7,6 +7,7 @@ left. A port is checked before anything starts, so a stray server is never mista
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -18,7 +19,8 @@ import time
 from pathlib import Path
 
 HOST = "127.0.0.1"  # where this machine's own servers listen
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1")
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1", "::")
+LISTEN = "0A"  # the state of a listening socket in /proc/net/tcp
 
 
 # --- process groups -------------------------------------------------------------------------------
@@ -26,7 +28,7 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1")
 
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes in a process group: what a start made and a stop must end."""
-    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and _is_live_member(int(entry), pgid)]
+    return [pid for pid in pids() if _is_live_member(pid, pgid)]
 
 
 def group_alive(pgid: int) -> bool:
@@ -122,3 +124,51 @@ def pick_port(preferred: int | None) -> int:
     """The preferred port if it is free, else any free one (good enough for a local server)."""
     return preferred if preferred and not port_in_use(preferred) else free_port()
 
+
+# --- who listens on a port ---------------------------------------------------------------------------
+
+
+def listener_command(port: int) -> list[str] | None:
+    """The command line of the process on this machine listening on `port` (a server's own settings, which no
+    HTTP route of it gives), or None where none is found or it cannot be read (another user's, no /proc)."""
+    for pid in sorted(listeners(port)):
+        with contextlib.suppress(OSError):
+            if argv := Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]:
+                return argv
+    return None
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def listeners(port: int) -> set[int]:
+    """The processes on this machine listening on `port`; only our own are readable unless we are root."""
+    return _socket_owners(_listening_inodes(port))
+
+
+def _socket_owners(inodes: set[str]) -> set[int]:
+    wanted, owners = {f"socket:[{i}]" for i in inodes}, set()
+    for pid in pids() if wanted else []:
+        with contextlib.suppress(OSError):
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in wanted for fd in os.listdir(f"/proc/{pid}/fd")):
+                owners.add(pid)
+    return owners
+
+
+def pids() -> list[int]:
+    """Every process this machine shows in /proc (none where it cannot be read)."""
+    try:
+        return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
