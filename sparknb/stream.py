@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import engines, wire
-from .client import Completion, answer_fields, now
+from .completion import Completion, answer_fields, now
 from .engines import Engine
 from .errors import EndpointError
 from .wire import ahead_of_others

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from . import bandwidth, census, energy, fingerprint, guard, interrupt, metrics, probe, stream, telemetry
-from .client import Completion, Endpoint, ServerInfo
+from .client import Endpoint, ServerInfo
+from .completion import Completion
 from .errors import ParamsError
 from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
 from .redaction import redact

@@ -6,7 +6,7 @@ blocking socket), stream.AsyncEndpoint reads many at once on an event loop. Eith
   its bytes are written; the connection is opened before, as a kept-alive one would be;
 - every read is stamped as it returns and taken apart by the same `Reader` (HTTP/1.1: chunked, of a
   stated length, or up to the end of the connection) and the same `Events` (server-sent events, json),
-  into client.Completion by its one timing rule (Completion.add_chunk);
+  into completion.Completion by its one timing rule (Completion.add_chunk);
 - the end is judged by one `finish`, in the same words: a refused key, a refused request with the
   server's own words, an error event inside the stream, a stream cut short, a lost connection.
 
@@ -35,11 +35,11 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from .completion import Completion
 from .errors import EndpointError
 from .redaction import redact
 
 if TYPE_CHECKING:
-    from .client import Completion
     from .engines import Engine
 
 BUFFER = 65536  # bytes per read: below glibc's mmap threshold, so a read costs no mapping

@@ -18,7 +18,8 @@ import time
 import pytest
 
 from sparknb import engines, stream
-from sparknb.client import Completion, Endpoint
+from sparknb.client import Endpoint
+from sparknb.completion import Completion
 from sparknb.errors import EndpointError
 from support import FakeHandler, free_port, serve
 

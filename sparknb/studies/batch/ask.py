@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ... import metrics, stream
-from ...client import Completion, Endpoint
+from ...client import Endpoint
+from ...completion import Completion
 from ...errors import EndpointError, StudyError
 from ...study import Study
 

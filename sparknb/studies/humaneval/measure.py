@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from ... import stream
-from ...client import Completion
+from ...completion import Completion
 from ...study import Study
 from ..batch.ask import Batch, Questions
 from ..batch.ask import ask as ask_all

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ... import stream
-from ...client import Completion
+from ...completion import Completion
 from ...study import Study
 from ..batch.ask import Batch, Questions
 from ..batch.ask import ask as ask_all
