@@ -199,9 +199,9 @@ def test_every_prompt_is_measured_by_the_server_and_a_too_long_one_is_refused_be
     # The longest prompts by characters are not the longest in tokens: three long words against many short ones.
     test = [replace(q, question="x" * 400) for q in d.test[:3]] + [replace(d.test[3], question="a " * 60)]
     work = work_on(replace(d, test=tuple(test) + d.test[4:]), per_category=3, max_tokens=100)
-    words = {q.id: len(work.prompts[q.id].split()) for q in work.questions}  # the fake counts a token a word
-    assert max(words, key=words.get) == d.test[3].id and max(work.prompts, key=lambda i: len(work.prompts[i])) != \
-        d.test[3].id
+    text = {q.id: work.prompts[q.id][0]["content"] for q in work.questions}
+    words = {q.id: len(text[q.id].split()) for q in work.questions}  # the fake counts a token a word
+    assert max(words, key=words.get) == d.test[3].id and max(text, key=lambda i: len(text[i])) != d.test[3].id
     handler.max_model_len = max(words.values()) + 100
     study = open_study(tmp_path, url, work)
     batch = m.ask(study, work, log=quiet)
@@ -246,7 +246,8 @@ def test_a_suite_of_your_own_is_asked_zero_shot_and_scored_plainly(tmp_path, fak
     suite.write_text("".join(json.dumps({"question": f"q{i}?", "options": ["x", "y"], "answer": "AB"[i % 2],
                                          "category": "mine"}) + "\n" for i in range(4)))
     work = m.prepare(m.Plan.build(suite=str(suite), per_category=0), "tiny-dense")
-    assert work.settings()["shots"] == 0 and work.prompts[work.ids[0]].count("Question:\n") == 1  # no examples
+    asked = work.prompts[work.ids[0]][0]["content"]
+    assert work.settings()["shots"] == 0 and asked.count("Question:\n") == 1  # no examples
     study = open_study(tmp_path, url, work)
     batch = m.ask(study, work, log=quiet)
     df = m.frame(study.records())

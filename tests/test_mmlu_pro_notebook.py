@@ -67,8 +67,8 @@ def test_a_prompt_too_long_for_the_context_is_refused_with_its_real_length(tmp_p
     try:
         longest = max(m.prompt_tokens(ep, work, work.questions).values())
         # What the server counts when it is really asked, independently of /tokenize.
-        qid = max(work.questions, key=lambda q: len(work.prompts[q.id])).id
-        asked = ep.chat(m.messages(work.prompts[qid]), max_tokens=1).prompt_tokens
+        qid = max(work.questions, key=lambda q: len(work.prompts[q.id][0]["content"])).id
+        asked = ep.chat(work.prompts[qid], max_tokens=1).prompt_tokens
         assert asked == m.prompt_tokens(ep, work, [q for q in work.questions if q.id == qid])[qid]
         before = ep.metrics()[metrics.E2E + "_count"]
         room = ep.info().max_model_len - longest

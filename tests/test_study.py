@@ -52,7 +52,8 @@ def test_a_contract_refuses_a_plan_of_another_study():
 
 
 def test_the_marks_beside_the_parameters_say_what_makes_runs_comparable():
-    assert mmlu_pro.Plan.marked(COMPARED) == ("shots", "max_tokens", "temperature", "stop", "dataset_name")
+    assert mmlu_pro.Plan.marked(COMPARED) == ("shots", "max_tokens", "temperature", "prompt_format", "stop",
+                                                  "dataset_name")
     assert set(humaneval.Plan.marked(RESUMED)) == {"style", "samples", "max_tokens", "temperature", "stop",
                                                    "isolation", "python", "timeout_s", "memory_mb", "model",
                                                    "dataset_name", "dataset_sha256"}

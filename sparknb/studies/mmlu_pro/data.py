@@ -34,6 +34,7 @@ class Question:
     options: tuple[str, ...]
     answer: str  # the right letter
     cot: str = ""  # the worked reasoning of a validation example
+    listed: tuple[str, ...] = ()  # every option as the file lists it, stripped, "N/A" padding kept (lm-eval shows it)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def _read_split(path: Path, split: str) -> tuple[list[Question], list[str]]:
         if index is not None and LETTERS[int(index)] != answer:
             mismatched.append(str(row.question_id))
         questions.append(Question(str(row.question_id), str(row.category), str(row.question), options, answer,
-                                  str(getattr(row, "cot_content", "") or "")))
+                                  str(getattr(row, "cot_content", "") or ""), tuple(o.strip() for o in raw)))
     if spaced:
         notes.append(f"{split}: {spaced} question(s) had options with surrounding spaces, stripped (in an old "
                      "copy the space marks the right answer)")

@@ -11,6 +11,7 @@ from ..batch.findings import batch_findings, comparison_findings, coverage
 from .compare import Comparison
 from .traps import Traps
 from .plan import Work
+from .prompt import said
 from .scores import Scores
 from .tables import table
 
@@ -29,6 +30,7 @@ def findings(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, batch: Ba
         notes.append(info(f"{s.unparsed} of {s.n} answers could not be parsed; they count as wrong (the reference "
                           "scripts would have scored them as random guesses)."))
         notes += [Finding(level, text) for text in rule_sets.sentences(t.harness)]
+        notes.append(info(said(work.plan.prompt_format)))
     notes += coverage(len(work.questions), len(df), work)
     for note in work.dataset.notes:  # questions that are not MMLU-Pro's are marked first, never passed off as it
         if note.startswith("NOT MMLU-Pro"):

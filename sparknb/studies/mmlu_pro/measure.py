@@ -16,11 +16,10 @@ from ..batch.ask import ask as ask_all
 from .data import Question
 from .grading import grade
 from .plan import Plan, Work
-from .prompt import messages
 
 
-def _question(text: str, plan: Plan) -> stream.Call:
-    return lambda ep: ep.chat(messages(text), max_tokens=plan.max_tokens, temperature=plan.temperature,
+def _question(turns: list[dict], plan: Plan) -> stream.Call:
+    return lambda ep: ep.chat(turns, max_tokens=plan.max_tokens, temperature=plan.temperature,
                               stop=list(plan.stop) or None)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -21,7 +21,7 @@ from ...plan import COMPARED, IGNORED, RESUMED
 from ...run import PastRun
 from .data import Dataset, Question, draw, load, load_suite
 from .grading import answered, frame
-from .prompt import messages, prompt
+from .prompt import messages
 
 NOTEBOOK = "mmlu_pro"
 
@@ -42,6 +42,10 @@ class Plan(plan.Plan):
                                                           "reasoning included, 1 or more")
     temperature: Annotated[float, COMPARED, RESUMED] = Field(0.0, ge=0, le=2, description="between 0 and 2; 0 is "
                                                              "greedy")
+    prompt_format: Annotated[Literal["sparknb", "lm-eval"], COMPARED, RESUMED] = Field(
+        "sparknb", description='"sparknb" (one user turn, the "N/A" padding left out) or "lm-eval": lm-evaluation-'
+        "harness's mmlu_pro request under --apply_chat_template, byte for byte (the lm-eval rule set's score is what "
+        "lm-eval would print only then)")
     stop: Annotated[list[Annotated[str, Field(min_length=1)]], COMPARED, RESUMED] = Field(
         [], description="a list of non-empty stop strings, e.g. ['Question:']; none by default")
     concurrency: Annotated[int, IGNORED] = Field(8, ge=1, description="requests in flight at once, 1 or more")
@@ -67,7 +71,7 @@ class Work(plan.Prepared):
     model: str
     dataset: Dataset
     questions: list[Question]
-    prompts: dict[str, str]
+    prompts: dict[str, list[dict]]  # each question's chat messages, in the plan's prompt format
     reused: list[dict] = field(default_factory=list)
     longest: tuple[str, int] | None = None  # (question, tokens) of the longest prompt to ask, once measured
     live: sequential.Live | None = None  # a sequential run against compare_with: stops the batch once decided
@@ -125,7 +129,7 @@ class Work(plan.Prepared):
 def prompt_tokens(endpoint: Endpoint, work: Work, questions: list[Question]) -> dict[str, int]:
     """Each question's prompt in tokens, as the server will see it (chat template included)."""
     with ThreadPoolExecutor(max_workers=work.plan.concurrency, thread_name_prefix="mmlu-pro-tokenize") as pool:
-        counts = pool.map(lambda q: len(endpoint.tokenize_chat(messages(work.prompts[q.id]))), questions)
+        counts = pool.map(lambda q: len(endpoint.tokenize_chat(work.prompts[q.id])), questions)
         return dict(zip((q.id for q in questions), counts))
 
 
@@ -138,10 +142,10 @@ def prepare(plan: Plan, model: str, dataset: Dataset | None = None) -> Work:
         dataset = load_suite(plan.suite) if plan.suite else load(plan.dataset)
     if plan.suite or not dataset.validation:
         questions = list(dataset.test)
-        prompts = {q.id: prompt(q) for q in questions}
+        prompts = {q.id: messages(q, (), plan.prompt_format) for q in questions}
     else:
         questions = draw(dataset, plan.per_category, plan.seed)
-        prompts = {q.id: prompt(q, dataset.examples(q.category, plan.shots)) for q in questions}
+        prompts = {q.id: messages(q, dataset.examples(q.category, plan.shots), plan.prompt_format) for q in questions}
     work = Work(plan, model, dataset, questions, prompts)
     if plan.resumed is not None:
         work.reused = _reusable(plan.resumed, work)
