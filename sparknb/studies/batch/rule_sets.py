@@ -58,11 +58,24 @@ class RuleSet:
 def visible(record: dict, stop: Sequence[str]) -> tuple[str, str | None]:
     """The answer text a server sent `stop` would have returned, and where a stop string cut it (None, "content",
     or "reasoning": a stop string fires inside the thinking too, ending the answer before it began)."""
-    reasoning, text = record.get("reasoning") or "", record.get("text") or ""
-    if any(s in reasoning for s in stop):
+    text = record.get("text") or ""
+    if any(s in parts(record)[0] for s in stop):
         return "", "reasoning"
     cuts = [i for i in (text.find(s) for s in stop) if i >= 0]
     return (text[:min(cuts)], "content") if cuts else (text, None)
+
+
+def parts(record: dict) -> tuple[str, str]:
+    """The thinking and the answer after it: vLLM's reasoning field beside the content, or the content's own
+    `<think>...</think>` (a server without a reasoning parser; the chat template may open it, and one never closed
+    is all thinking), where a stop string fires as it does in the field."""
+    reasoning, text = record.get("reasoning") or "", record.get("text") or ""
+    if "</think>" in text:
+        inner, _, after = text.rpartition("</think>")
+        return reasoning + inner.replace("<think>", "", 1), after
+    if text.lstrip().startswith("<think>"):
+        return reasoning + text, ""
+    return reasoning, text
 
 
 def _lm_eval(text: str, qid: str, options: int) -> tuple[str | None, str]:
@@ -114,17 +127,15 @@ def classify(record: dict, a: RuleSet, b: RuleSet) -> str | None:
 
 def cause(record: dict, a: RuleSet, b: RuleSet) -> str:
     """Why `a` and `b` grade this answer differently, given that they do."""
-    text, reasoning = record.get("text") or "", record.get("reasoning") or ""
+    text, (thinking, answer) = record.get("text") or "", parts(record)
     cut = {visible(record, rs.stop)[1] for rs in (a, b)}
     if "reasoning" in cut:
         return STOP_IN_REASONING
     if "content" in cut and not ANSWER_IS.search(visible(record, a.stop + b.stop)[0]):
         return STOP_IN_ANSWER
     length = record.get("finish_reason") == "length"
-    if length and ("<think>" in text and "</think>" not in text or reasoning and not text.strip()):
-        return CUT_IN_THINKING
-    if reasoning and not text.strip():
-        return EMPTY_AFTER_THINKING
+    if thinking and not answer.strip():
+        return CUT_IN_THINKING if length else EMPTY_AFTER_THINKING
     if length:
         return CUT_AT_MAX
     found = ANSWER_IS.findall(text)
