@@ -42,8 +42,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fake_vllm import MODEL, FakeServer  # noqa: E402
-from sparknb import stream  # noqa: E402
-from sparknb.client import Endpoint  # noqa: E402
+from sparknb.endpoint import stream  # noqa: E402
+from sparknb.endpoint.client import Endpoint  # noqa: E402
 
 
 def single(url: str, streams: int, chunks: int, gap_s: float) -> tuple[float, int]:

@@ -30,8 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fake_vllm import MODEL, FakeServer  # noqa: E402
-from sparknb import stream  # noqa: E402
-from sparknb.client import Endpoint  # noqa: E402
+from sparknb.endpoint import stream  # noqa: E402
+from sparknb.endpoint.client import Endpoint  # noqa: E402
 
 LENGTHS = (111, 3000, 10714)
 LIMIT_MS = 2.0  # the most the client may add at 10,714 tokens

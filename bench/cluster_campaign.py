@@ -60,8 +60,8 @@ def main() -> None:
 
 def run_locally(tmp: Path, repetitions: int) -> tuple[float, list[dict]]:
     """The cells of both boxes on this one machine, one after the other, under one start of the server."""
-    from sparknb import campaign
-    from sparknb.run import read_records
+    from sparknb.boxes import campaign
+    from sparknb.runs.run import read_records
 
     file = tmp / "local.yaml"
     file.write_text(f"name: local\nmodels: [tiny-dense]\nrepetitions: {2 * repetitions}\n{STUDIES}")
@@ -75,8 +75,8 @@ def run_on_two_boxes(tmp: Path, repetitions: int) -> tuple[float, list[dict], li
     import ray
     from ray.cluster_utils import Cluster
 
-    from sparknb import campaign, cluster
-    from sparknb.run import read_records
+    from sparknb.boxes import campaign, cluster
+    from sparknb.runs.run import read_records
 
     file = tmp / "boxes.yaml"
     file.write_text(f"name: boxes\nmodels: [tiny-dense]\nrepetitions: {repetitions}\n{STUDIES}"

@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sparknb.runs.study import start  # noqa: E402
 from sparknb.serving import testbed  # noqa: E402
 from sparknb.serving.processes import free_port  # noqa: E402
 from sparknb.studies import mmlu_pro  # noqa: E402
-from sparknb.study import start  # noqa: E402
 
 
 def main() -> None:

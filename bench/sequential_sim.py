@@ -24,7 +24,7 @@ from scipy.stats import binom
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparknb.sequential import Capital, decisions, fixed_sample_size  # noqa: E402
+from sparknb.verdicts.sequential import Capital, decisions, fixed_sample_size  # noqa: E402
 
 PEEK = 10  # McNemar is looked at every this many questions
 

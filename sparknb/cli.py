@@ -11,13 +11,14 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from . import campaign, manifest
+from .boxes import campaign
 from .errors import ParamsError, SparknbError
-from .execute import Interrupted, run_notebook, seal_interrupted
-from .params import load_model
-from .redaction import redact
-from .run import MANIFEST
-from .signing import NAMESPACE, allowed_signers
+from .runs import manifest
+from .runs.execute import Interrupted, run_notebook, seal_interrupted
+from .runs.params import load_model
+from .runs.redaction import redact
+from .runs.run import MANIFEST
+from .runs.signing import NAMESPACE, allowed_signers
 
 
 def parse_parameters(pairs: list[list[str]], yaml_files: list[str]) -> dict:
@@ -70,9 +71,9 @@ def _failures(failed: list[dict]) -> int:
 
 
 def _with_ray():
-    """sparknb.cluster and sparknb.box, which need Ray: pip install 'sparknb[cluster]'."""
+    """sparknb.boxes.cluster and sparknb.boxes.box, which need Ray: pip install 'sparknb[cluster]'."""
     try:
-        from . import box, cluster
+        from .boxes import box, cluster
     except ImportError as e:
         raise ParamsError(f"{e}: running on several boxes needs Ray; pip install 'sparknb[cluster]'") from None
     return cluster, box

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import yaml
 
-from . import census, checkpoint, fingerprint, metrics
-from .client import Endpoint
+from .endpoint import metrics
+from .endpoint.client import Endpoint
 from .errors import EndpointError, ParamsError
-from .params import load_hardware, load_model, project_root
+from .machine import fingerprint
+from .roofline import census, checkpoint
+from .runs.params import load_hardware, load_model, project_root
 
 
 def add(name: str, endpoint: str, *, checkpoint_path: str | None = None, served_name: str | None = None,

@@ -88,7 +88,7 @@ def images_not_blank(page, scope: str) -> list[bool]:
 
 def decode_runs_of_both_tiny_models(tiny_dense, tiny_moe, outputs: Path) -> list[Path]:
     """Two small sealed decode runs, one per tiny model, for the comparison notebook to open."""
-    from sparknb.execute import run_notebook
+    from sparknb.runs.execute import run_notebook
 
     small = {"prompt_lengths": [64], "output_tokens": 16, "warmup": 0, "repetitions": 2}
     return [run_notebook("decode", {"model": name, "endpoint": server.url, **small}, outputs=outputs)

@@ -23,7 +23,7 @@ from pathlib import Path
 import ray
 from ray.cluster_utils import Cluster
 
-from sparknb.run import read_records
+from sparknb.runs.run import read_records
 
 TMP, REPORT = Path(sys.argv[1]), Path(sys.argv[2])
 OUTPUTS = TMP / "outputs"

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import yaml
 
-from sparknb.params import project_root
+from sparknb.runs.params import project_root
 
 
 def run_notebook(name: str, tmp_path: Path, parameters: dict) -> tuple[nbformat.NotebookNode, Path]:

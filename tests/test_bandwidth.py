@@ -2,8 +2,8 @@
 
 import pytest
 
-from sparknb import bandwidth
-from sparknb.params import load_hardware, load_model
+from sparknb.roofline import bandwidth
+from sparknb.runs.params import load_hardware, load_model
 
 GB10 = load_hardware("gb10")
 

@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from sparknb import benchy
+from sparknb.verdicts import benchy
 
 
 def test_prompt_processing_is_prompt_tokens_over_time_to_first_token():

@@ -18,10 +18,10 @@ import pytest
 
 from browser import (DECODED_IMAGES, TABLES_WITH_ROWS, chromium, decode_runs_of_both_tiny_models, images_not_blank,
                      open_page, single_colour)
-from sparknb.execute import run_notebook
-from sparknb.params import project_root
-from sparknb.report import write_html
-from sparknb.run import verify
+from sparknb.runs.execute import run_notebook
+from sparknb.runs.params import project_root
+from sparknb.runs.report import write_html
+from sparknb.runs.run import verify
 from sparknb.studies import mmlu_pro
 from support import strict, strict_lines
 
@@ -174,7 +174,7 @@ def test_the_report_of_a_real_run_opens_offline_with_its_tables_and_plots(notebo
 
 
 def test_the_comparison_report_shows_the_verdict_first_and_every_input_warning(browser, tmp_path):
-    from sparknb.run import Run
+    from sparknb.runs.run import Run
     from test_compare import decode_run, fingerprint
 
     outputs = tmp_path / "outputs"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from sparknb import campaign
+from sparknb.boxes import campaign
 from sparknb.cli import main
 from sparknb.errors import ParamsError
-from sparknb.params import load_campaign, project_root
-from sparknb.run import read_records, verify
+from sparknb.runs.params import load_campaign, project_root
+from sparknb.runs.run import read_records, verify
 from support import free_port, model_yaml
 
 

@@ -10,9 +10,9 @@ import shutil
 
 import pytest
 
-from sparknb import bandwidth, census, checkpoint
 from sparknb.errors import ParamsError
-from sparknb.params import load_hardware, load_model
+from sparknb.roofline import bandwidth, census, checkpoint
+from sparknb.runs.params import load_hardware, load_model
 from sparknb.serving import gguf_models, tiny_models
 
 pytestmark = [pytest.mark.demo, pytest.mark.filterwarnings("ignore::DeprecationWarning")]

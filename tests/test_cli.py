@@ -6,7 +6,7 @@ import zlib
 import pytest
 
 from sparknb.cli import main, parse_parameters
-from sparknb.run import Run
+from sparknb.runs.run import Run
 
 
 def test_parameters_are_read_as_yaml_and_a_value_given_with_p_wins_over_the_file(tmp_path):

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from sparknb import metrics
-from sparknb.client import Endpoint
+from sparknb.endpoint import metrics
+from sparknb.endpoint.client import Endpoint
+from sparknb.endpoint.prompts import PromptMaker
 from sparknb.errors import EndpointError
-from sparknb.prompts import PromptMaker
 from support import FakeHandler, free_port, serve
 
 
@@ -178,7 +178,7 @@ def test_a_server_that_is_not_openai_is_named_so_in_one_sentence_and_no_run_fold
     import functools
     from http.server import SimpleHTTPRequestHandler
 
-    from sparknb.study import start
+    from sparknb.runs.study import start
 
     site = tmp_path / "site"
     (site / "v1").mkdir(parents=True)

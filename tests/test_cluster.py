@@ -24,14 +24,14 @@ from pathlib import Path
 
 import pytest
 
-from sparknb import campaign
+from sparknb.boxes import campaign
 from sparknb.errors import ParamsError, RunError
-from sparknb.guard import RunLock, lock_holder
-from sparknb.params import load_campaign, project_root
-from sparknb.run import Run, arrive, pack, read_records, verify
+from sparknb.machine.guard import RunLock, lock_holder
+from sparknb.runs.params import load_campaign, project_root
+from sparknb.runs.run import Run, arrive, pack, read_records, verify
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[cluster]'")
-from sparknb import cluster  # noqa: E402  (needs Ray)
+from sparknb.boxes import cluster  # noqa: E402  (needs Ray)
 
 SCENARIO = Path(__file__).with_name("cluster_scenario.py")
 MARK = "SPARKNB_TEST_MARK"
@@ -67,7 +67,7 @@ boxes:
 
 
 def test_a_model_on_a_box_gets_the_boxs_hardware_and_overrides_and_nothing_else(tmp_path):
-    from sparknb.params import load_model, on_box
+    from sparknb.runs.params import load_model, on_box
 
     boxes = load_campaign(_file(tmp_path, """
 name: x
@@ -271,7 +271,7 @@ def test_join_and_status_on_a_real_cluster_show_the_box_and_its_run_lock(tmp_pat
     script = f"""
 import subprocess, sys
 from pathlib import Path
-from sparknb.guard import RunLock
+from sparknb.machine.guard import RunLock
 {KILL_RAY}
 def sparknb(*args, show=True):
     done = subprocess.run([sys.executable, "-m", "sparknb", *args], capture_output=True, text=True, timeout=300)

@@ -9,11 +9,11 @@ import random
 
 import pytest
 
-from sparknb import stats
 from sparknb.errors import DataError, ParamsError
-from sparknb.run import Run, verify
+from sparknb.runs.run import Run, verify
 from sparknb.studies import compare
-from sparknb.verdict import Row, decide
+from sparknb.verdicts import stats
+from sparknb.verdicts.verdict import Row, decide
 from support import outputs_text, run_notebook
 
 

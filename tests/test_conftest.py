@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from sparknb.params import project_root
+from sparknb.runs.params import project_root
 
 # pytest in a fresh interpreter in which `import vllm` fails, as on a machine without the extra.
 WITHOUT_VLLM = ("import sys; sys.modules['vllm'] = None; import pytest; "

@@ -7,17 +7,18 @@ import httpx
 import pytest
 from support import outputs_text, run_notebook
 
-from sparknb import bandwidth, execute
 from sparknb.cli import main
-from sparknb.client import Endpoint, EndpointError
+from sparknb.endpoint.client import Endpoint, EndpointError
+from sparknb.endpoint.prompts import PromptMaker
 from sparknb.errors import DataError, GuardError, ParamsError
-from sparknb.execute import ExecuteError
-from sparknb.params import load_hardware, load_model, project_root
-from sparknb.prompts import PromptMaker
-from sparknb.run import read_records, verify
+from sparknb.roofline import bandwidth
+from sparknb.runs import execute
+from sparknb.runs.execute import ExecuteError
+from sparknb.runs.params import load_hardware, load_model, project_root
+from sparknb.runs.run import read_records, verify
+from sparknb.runs.schedule import schedule
+from sparknb.runs.study import start
 from sparknb.studies import decode
-from sparknb.schedule import schedule
-from sparknb.study import start
 
 SMALL = {"prompt_lengths": [64, 256], "output_tokens": 48, "warmup": 1, "repetitions": 2}
 

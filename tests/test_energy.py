@@ -2,7 +2,7 @@
 
 import pytest
 
-from sparknb import energy, fingerprint
+from sparknb.machine import energy, fingerprint
 
 NVML = fingerprint.nvml()
 RECORDS = [{"completion_tokens": 150, "prompt_tokens": 1000}, {"completion_tokens": 150, "prompt_tokens": 3000},

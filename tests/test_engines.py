@@ -14,13 +14,13 @@ import pytest
 from support import FakeHandler, free_port, outputs_text, run_notebook, serve
 
 from sparknb import engines
-from sparknb.client import Endpoint
+from sparknb.endpoint.client import Endpoint
+from sparknb.endpoint.prompts import PromptMaker
 from sparknb.errors import CacheHitError, EndpointError
-from sparknb.prompts import PromptMaker
-from sparknb.run import read_records, verify
+from sparknb.runs.run import read_records, verify
+from sparknb.runs.study import start
 from sparknb.serving import llama_log, testbed, tiny_models
 from sparknb.studies import prefill
-from sparknb.study import start
 
 DENSE, MOE = "tiny-dense-llamacpp", "tiny-moe-llamacpp"
 

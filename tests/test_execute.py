@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from sparknb import execute
 from sparknb.errors import ExecuteError
-from sparknb.run import FAILURE, Run, verify
+from sparknb.runs import execute
+from sparknb.runs.run import FAILURE, Run, verify
+from sparknb.runs.study import ENV_PREFIX
 from sparknb.studies import registry
-from sparknb.study import ENV_PREFIX
 
 
 def test_a_study_is_found_by_its_name_and_a_notebook_by_its_path(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sparknb import fingerprint
+from sparknb.machine import fingerprint
 
 SERVER = {"version": "0.32.0", "model": "tiny-dense", "root": None, "max_model_len": 2048}
 

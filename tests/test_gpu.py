@@ -16,12 +16,12 @@ import time
 
 import pytest
 
-from sparknb import fingerprint, guard, probe, telemetry
-from sparknb.client import Endpoint
+from sparknb.endpoint.client import Endpoint
 from sparknb.errors import GuardError
-from sparknb.params import load_hardware
-from sparknb.run import Run, read_records, verify
-from sparknb.study import start
+from sparknb.machine import fingerprint, guard, probe, telemetry
+from sparknb.runs.params import load_hardware
+from sparknb.runs.run import Run, read_records, verify
+from sparknb.runs.study import start
 from support import free_port
 from test_other_servers import REPO_ID, transformers_model
 

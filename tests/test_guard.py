@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from sparknb import fingerprint
-from sparknb.guard import GuardError, GuardReport, RunLock, check
+from sparknb.endpoint.metrics import Snapshot
 from sparknb.engines import VLLM
-from sparknb.metrics import Snapshot
+from sparknb.machine import fingerprint
+from sparknb.machine.guard import GuardError, GuardReport, RunLock, check
 
 REPO = Path(__file__).resolve().parents[1]
 QUIET = {"running": 0.0, "waiting": 0.0}
@@ -150,7 +150,7 @@ def test_unsupported_process_list_is_noted() -> None:
 HOLD = """
 import sys, time
 from pathlib import Path
-from sparknb.guard import RunLock
+from sparknb.machine.guard import RunLock
 RunLock({"run_id": "run-sub-7", "notebook": "bench.ipynb"}, Path(sys.argv[1])).acquire()
 time.sleep(120)
 """

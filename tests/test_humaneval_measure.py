@@ -20,9 +20,9 @@ from test_sandbox import attack
 
 from sparknb import sandbox as sb
 from sparknb.errors import StudyError
-from sparknb.run import read_records, verify
+from sparknb.runs.run import read_records, verify
+from sparknb.runs.study import start
 from sparknb.studies import humaneval as h
-from sparknb.study import start
 
 PROBLEMS = {p.id: p for p in h.load().problems}
 BY_PROMPT = {p.prompt.rstrip(): p for p in PROBLEMS.values()}

@@ -8,7 +8,7 @@ import json
 import pytest
 from support import outputs_text, run_notebook
 
-from sparknb.run import read_records, verify
+from sparknb.runs.run import read_records, verify
 from sparknb.studies import humaneval as h
 from sparknb.studies.batch.traps import LOOPED
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from sparknb.run import read_records, verify
+from sparknb.runs.run import read_records, verify
 
 DECODE = ["-p", "model", "tiny-dense-llamacpp", "-p", "prompt_lengths", "[32, 64]", "-p", "repetitions", "3",
           "-p", "warmup", "0", "-p", "output_tokens", "16"]

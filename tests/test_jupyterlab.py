@@ -26,8 +26,8 @@ import pytest
 
 from browser import (DECODED_IMAGES, TABLES_WITH_ROWS, chromium, decode_runs_of_both_tiny_models, images_not_blank,
                      open_page)
-from sparknb.params import project_root
-from sparknb.run import verify
+from sparknb.runs.params import project_root
+from sparknb.runs.run import verify
 from support import free_port
 
 RUN_TIMEOUT_MS = 300_000

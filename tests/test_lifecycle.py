@@ -17,7 +17,7 @@ import pytest
 from support import free_port, model_yaml
 
 from sparknb.errors import BuildError, LifecycleError, ParamsError, PortInUseError, ServerError
-from sparknb.params import load_model
+from sparknb.runs.params import load_model
 from sparknb.serving import lifecycle, targets
 from sparknb.serving.processes import group_alive, group_members
 

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparknb.errors import ServerError
-from sparknb.params import load_model, project_root
+from sparknb.runs.params import load_model, project_root
 from sparknb.serving import gguf_models, startup_log, testbed, tiny_models
 from sparknb.serving.processes import group_members, port_in_use
 from support import free_port

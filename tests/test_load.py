@@ -15,7 +15,7 @@ import time
 import pytest
 
 from sparknb.errors import ParamsError
-from sparknb.study import start
+from sparknb.runs.study import start
 from sparknb.studies import load
 from support import folder_text, outputs_text, run_notebook
 
@@ -195,7 +195,7 @@ def test_a_compare_with_run_of_other_levels_is_refused_before_anything_runs(tiny
 
 def test_the_comparison_sets_two_load_runs_side_by_side_level_by_level(dense_run, moe_run):
     from sparknb.studies import compare
-    from sparknb.verdict import decide
+    from sparknb.verdicts.verdict import decide
 
     plan = compare.Plan.build(runs=[str(moe_run[1]), str(dense_run[1])])
     h = compare.headline(plan.compared())

@@ -2,9 +2,9 @@
 
 import pytest
 
-from sparknb import metrics
+from sparknb.endpoint import metrics
+from sparknb.endpoint.metrics import Snapshot, delta
 from sparknb.engines import VLLM
-from sparknb.metrics import Snapshot, delta
 
 
 def scrape(drafts, draft_tokens, accepted, per_pos, decode_sum, decode_count, model="m", other=100.0, generated=None):

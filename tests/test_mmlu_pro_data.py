@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from sparknb.errors import DataError
-from sparknb.params import project_root
+from sparknb.runs.params import project_root
 from sparknb.studies import mmlu_pro as m
 from sparknb.studies.mmlu_pro import data
 

@@ -8,7 +8,7 @@ import pytest
 from test_mmlu_pro_measure import fake_reasoner
 
 from sparknb.errors import ExecuteError
-from sparknb.execute import run_notebook
+from sparknb.runs.execute import run_notebook
 from sparknb.studies import mmlu_pro as m
 
 

@@ -18,14 +18,14 @@ import pytest
 from support import FakeHandler, free_port, serve
 from test_mmlu_pro_data import SHARED, needs_shared, synthetic
 
-from sparknb import metrics
 from sparknb.cli import main
-from sparknb.client import Endpoint
+from sparknb.endpoint import metrics
+from sparknb.endpoint.client import Endpoint
 from sparknb.errors import ParamsError, StudyError
-from sparknb.run import read_records, verify
+from sparknb.runs.run import read_records, verify
+from sparknb.runs.study import start
 from sparknb.serving import testbed
 from sparknb.studies import mmlu_pro as m
-from sparknb.study import start
 
 
 class FakeReasoner(FakeHandler):

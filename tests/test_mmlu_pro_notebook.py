@@ -7,13 +7,14 @@ import pytest
 from support import outputs_text, run_notebook
 from test_mmlu_pro_data import SHARED, needs_shared
 
-from sparknb import metrics, sequential
-from sparknb.client import Endpoint
+from sparknb.endpoint import metrics
+from sparknb.endpoint.client import Endpoint
 from sparknb.errors import ParamsError
-from sparknb.run import read_records, verify
+from sparknb.runs.run import read_records, verify
+from sparknb.runs.study import start
 from sparknb.studies import mmlu_pro as m
 from sparknb.studies.batch.traps import LOOPED
-from sparknb.study import start
+from sparknb.verdicts import sequential
 
 pytestmark = [needs_shared, pytest.mark.server]
 

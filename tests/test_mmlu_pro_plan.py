@@ -10,7 +10,7 @@ from test_mmlu_pro_data import SHARED, needs_shared
 
 from sparknb.cli import main
 from sparknb.errors import DataError, ParamsError
-from sparknb.run import Run
+from sparknb.runs.run import Run
 from sparknb.studies import mmlu_pro as m
 
 

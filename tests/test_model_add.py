@@ -10,10 +10,11 @@ import pytest
 import yaml
 from support import run_notebook
 
-from sparknb import census, checkpoint, cli
+from sparknb import cli
 from sparknb.errors import ParamsError
-from sparknb.params import load_model
-from sparknb.run import verify
+from sparknb.roofline import census, checkpoint
+from sparknb.runs.params import load_model
+from sparknb.runs.run import verify
 from sparknb.serving import gguf_models, tiny_models
 
 KEY_ENV = "SPARKNB_API_KEY"  # the test bed's dense servers are behind a key

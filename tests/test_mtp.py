@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from sparknb import bandwidth
-from sparknb.client import Endpoint, ServerInfo
+from sparknb.endpoint.client import Endpoint, ServerInfo
 from sparknb.errors import ParamsError
-from sparknb.params import load_model
-from sparknb.run import read_records, verify
+from sparknb.roofline import bandwidth
+from sparknb.runs.params import load_model
+from sparknb.runs.run import read_records, verify
 from sparknb.studies import mtp
 from support import run_notebook
 

@@ -6,7 +6,7 @@ import sys
 import nbformat
 import pytest
 
-from sparknb.params import project_root
+from sparknb.runs.params import project_root
 
 NOTEBOOKS = sorted((project_root() / "notebooks").glob("*.ipynb"))
 

@@ -17,15 +17,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparknb import engines, hub_cache, metrics
-from sparknb.client import NOT_AVAILABLE, Endpoint, EndpointError
-from sparknb.params import load_model, project_root
-from sparknb.prompts import PromptMaker
-from sparknb.run import read_records, verify
+from sparknb import engines
+from sparknb.endpoint import metrics
+from sparknb.endpoint.client import NOT_AVAILABLE, Endpoint, EndpointError
+from sparknb.endpoint.prompts import PromptMaker
+from sparknb.machine.fingerprint import table as fingerprint_table
+from sparknb.runs.params import load_model, project_root
+from sparknb.runs.run import read_records, verify
+from sparknb.runs.study import server_view, start
+from sparknb.serving import hub_cache
 from sparknb.serving import lifecycle, targets, testbed
-from sparknb.fingerprint import table as fingerprint_table
 from sparknb.studies import mmlu_pro as m
-from sparknb.study import server_view, start
 from support import free_port, outputs_text, run_notebook
 from test_mmlu_pro_data import synthetic
 

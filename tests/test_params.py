@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from sparknb.params import ParamsError, load_hardware, load_model, project_root
+from sparknb.runs.params import ParamsError, load_hardware, load_model, project_root
 
 MODELS = sorted(p.stem for p in (project_root() / "params" / "models").glob("*.yaml"))
 

@@ -9,7 +9,7 @@ from test_prefill_fit import record, synthetic
 from test_prefill_plan import sealed_run
 
 from sparknb.errors import DataError
-from sparknb.run import read_past
+from sparknb.runs.run import read_past
 from sparknb.studies import prefill
 
 CLAIMS = ("The gap grows", "The gap shrinks", "closer than they are", "further apart", "The faster model changes")

@@ -10,11 +10,11 @@ from support import outputs_text, run_notebook
 from test_prefill_plan import sealed_run
 
 from sparknb.cli import main
+from sparknb.endpoint.prompts import PromptMaker
 from sparknb.errors import CacheHitError
-from sparknb.prompts import PromptMaker
-from sparknb.run import read_records, verify
+from sparknb.runs.run import read_records, verify
+from sparknb.runs.study import start
 from sparknb.studies import prefill
-from sparknb.study import start
 
 # Short prompts: prefill on this CPU is slow and superlinear. 300 is past vLLM's CPU block of 128
 # tokens, so a repeated prompt there really can hit the prefix cache.

@@ -1,6 +1,6 @@
 """The prefill plan: its parameters, the lengths it measures on a given server, and compare_with read
 like every study reads earlier runs (from their seal, by run id or folder, refusing what does not verify).
-No server: the earlier runs are sealed folders written here with sparknb.run.Run."""
+No server: the earlier runs are sealed folders written here with sparknb.runs.run.Run."""
 
 import json
 import os
@@ -10,9 +10,9 @@ import zlib
 import pytest
 from test_prefill_fit import record
 
-from sparknb.client import ServerInfo
+from sparknb.endpoint.client import ServerInfo
 from sparknb.errors import DataError, ParamsError
-from sparknb.run import Run
+from sparknb.runs.run import Run
 from sparknb.studies import prefill
 
 

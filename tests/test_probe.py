@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparknb import fingerprint, probe
-from sparknb.params import load_hardware, project_root
+from sparknb.machine import fingerprint, probe
+from sparknb.runs.params import load_hardware, project_root
 
 H200 = load_hardware("h200")
 

@@ -17,10 +17,10 @@ import pytest
 from support import run_notebook
 
 from sparknb.errors import BuildError, ServerError
-from sparknb.run import read_records, verify
+from sparknb.runs.run import read_records, verify
 from sparknb.serving import cpu_repack, lifecycle, llama_server, real_models, testbed
-from sparknb.serving.targets import Target
 from sparknb.serving.processes import free_port
+from sparknb.serving.targets import Target
 
 PROMPTS = """
 name: real

@@ -14,7 +14,7 @@ import threading
 
 from support import FakeHandler, run_notebook, serve
 
-from sparknb.run import read_records, verify
+from sparknb.runs.run import read_records, verify
 from sparknb.studies.batch import rule_sets as rs
 from sparknb.studies.batch.traps import CUT_BY_STOP, HIT_MAX_TOKENS
 from sparknb.studies.mmlu_pro.grading import NO_ANSWER_LINE

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparknb.redaction import redact
+from sparknb.runs.redaction import redact
 
 
 def test_url_password_and_secret_query_values_are_masked() -> None:

@@ -4,7 +4,7 @@ import nbformat
 import papermill
 import pytest
 
-from sparknb.report import write_html
+from sparknb.runs.report import write_html
 
 
 def test_a_failed_halfway_report_has_no_papermill_banner_and_says_the_reason_once(tmp_path):

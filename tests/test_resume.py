@@ -10,12 +10,12 @@ import threading
 
 import pytest
 
-from sparknb import metrics
-from sparknb.client import Endpoint
+from sparknb.endpoint import metrics
+from sparknb.endpoint.client import Endpoint
 from sparknb.errors import DataError
-from sparknb.execute import ExecuteError, run_notebook
-from sparknb.run import read_records, verify
-from sparknb.schedule import Schedule
+from sparknb.runs.execute import ExecuteError, run_notebook
+from sparknb.runs.run import read_records, verify
+from sparknb.runs.schedule import Schedule
 from sparknb.serving import testbed
 from sparknb.studies import decode
 from support import free_port

@@ -13,8 +13,8 @@ from support import strict, strict_lines
 
 from sparknb.cli import main
 from sparknb.errors import DataError, RunError
-from sparknb.run import Run, read_past, read_records, verify
-from sparknb.signing import whoami
+from sparknb.runs.run import Run, read_past, read_records, verify
+from sparknb.runs.signing import whoami
 
 
 def make(tmp_path, **kw):

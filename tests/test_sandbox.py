@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from sparknb import metrics
 from sparknb import sandbox as sb
-from sparknb.client import Endpoint
+from sparknb.endpoint import metrics
+from sparknb.endpoint.client import Endpoint
 from sparknb.errors import SandboxError
 from sparknb.sandbox import fence
 from sparknb.studies import humaneval as h

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sparknb.sequential import Design, Live, PairedSequence, order
+from sparknb.verdicts.sequential import Design, Live, PairedSequence, order
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,11 +7,11 @@ import zlib
 import numpy as np
 import pytest
 
-from sparknb.run import Run, verify
-from sparknb import sequential
-from sparknb.sequential import order
+from sparknb.runs.run import Run, verify
 from sparknb.studies import compare
-from sparknb.verdict import decide
+from sparknb.verdicts import sequential
+from sparknb.verdicts.sequential import order
+from sparknb.verdicts.verdict import decide
 from support import outputs_text, run_notebook
 from test_compare import fingerprint, headline_of
 
@@ -142,7 +142,7 @@ def test_a_sequential_plan_asks_the_other_runs_answered_questions_in_its_order_a
 def test_a_campaign_runs_a_later_models_sequential_cell_against_the_first_and_says_what_it_saved(tmp_path):
     from types import SimpleNamespace
 
-    from sparknb.campaign import Cell, against
+    from sparknb.boxes.campaign import Cell, against
     from sparknb.studies.compare import saved
 
     outputs = tmp_path / "outputs"

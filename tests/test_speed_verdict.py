@@ -6,12 +6,12 @@ still caveats."""
 import random
 
 from sparknb.engines.llamacpp import LLAMACPP
-from sparknb.report import as_records
-from sparknb.run import Run
+from sparknb.runs.report import as_records
+from sparknb.runs.run import Run
 from sparknb.studies import compare, prefill
 from sparknb.studies.prefill.fit import fit
 from sparknb.studies.prefill.measure import CacheCount
-from sparknb.verdict import decide
+from sparknb.verdicts.verdict import decide
 from test_compare import fingerprint, headline_of
 
 LENGTHS = (111, 364, 1024, 2048, 5378, 10714)

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from sparknb import stats
+from sparknb.verdicts import stats
 
 
 def test_wilson_interval_matches_newcombes_published_examples():

@@ -17,9 +17,10 @@ import time
 
 import pytest
 
-from sparknb import engines, stream
-from sparknb.client import Endpoint
-from sparknb.completion import Completion
+from sparknb import engines
+from sparknb.endpoint import stream
+from sparknb.endpoint.client import Endpoint
+from sparknb.endpoint.completion import Completion
 from sparknb.errors import EndpointError
 from support import FakeHandler, free_port, serve
 

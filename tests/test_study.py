@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from test_mmlu_pro_plan import past_run
 
-from sparknb import campaign
+from sparknb.boxes import campaign
 from sparknb.cli import main
 from sparknb.errors import DataError, ParamsError
-from sparknb.plan import COMPARED, IGNORED, RESUMED
-from sparknb.run import PastRun, read_past
+from sparknb.runs.plan import COMPARED, IGNORED, RESUMED
+from sparknb.runs.run import PastRun, read_past
 from sparknb.studies import decode, humaneval, mmlu_pro, registry, swap
 from sparknb.studies.registry import Contract
 
@@ -128,7 +128,7 @@ def test_a_notebooks_comparison_and_the_report_draw_the_same_rows_and_cannot_dis
 
     from test_compare import decode_run, fingerprint
 
-    from sparknb.verdict import Runs
+    from sparknb.verdicts.verdict import Runs
 
     other = decode_run(tmp_path, "dense", 8.9, fingerprint(), seed=2, findings=[
         {"level": "warning", "text": "The box was busy at 111 tokens. More.", "about": [111]}])
@@ -154,7 +154,7 @@ def prefill_run(tmp_path, name: str, ttft, seed: int) -> tuple[PastRun, object]:
     from test_compare import fingerprint
     from test_prefill_fit import synthetic
 
-    from sparknb.run import Run
+    from sparknb.runs.run import Run
     from sparknb.studies import prefill
 
     run = Run.create("prefill", {"notebook": "prefill", "model": {"name": name}, "settings": {
@@ -176,7 +176,7 @@ def test_prefill_notebooks_verdict_at_each_length_is_the_reports(tmp_path):
     from test_compare import fingerprint
 
     from sparknb.studies import prefill
-    from sparknb.verdict import Runs, decide
+    from sparknb.verdicts.verdict import Runs, decide
 
     this, fit = prefill_run(tmp_path, "moe", lambda n: 0.05 + 1e-4 * n, seed=5)
     other, _ = prefill_run(tmp_path, "dense", lambda n: 0.05 + 2e-4 * n, seed=6)
@@ -201,7 +201,7 @@ def mtp_run(tmp_path, name: str, speed: float, seed: int, settings: dict) -> Pas
 
     from test_compare import fingerprint
 
-    from sparknb.run import Run
+    from sparknb.runs.run import Run
 
     rng = random.Random(seed)
     run = Run.create("mtp", {"notebook": "mtp", "model": {"name": name}, "settings": settings}, outputs=tmp_path,
@@ -223,7 +223,7 @@ def mtp_run(tmp_path, name: str, speed: float, seed: int, settings: dict) -> Pas
 
 def test_mtp_notebooks_speed_up_is_the_reports_row(tmp_path):
     from sparknb.studies import mtp
-    from sparknb.verdict import Runs
+    from sparknb.verdicts.verdict import Runs
 
     settings = {"temperature": 0.7, "output_tokens": 256, "prompt_set": "reference"}
     plain, this = mtp_run(tmp_path, "plain", 20.0, 1, settings), mtp_run(tmp_path, "spec", 30.0, 2, settings)
@@ -246,7 +246,7 @@ def test_load_notebooks_standing_per_level_is_the_reports(tmp_path):
 
     import pandas as pd
 
-    from sparknb.run import Run
+    from sparknb.runs.run import Run
     from sparknb.studies.load.compare import standings
 
     rng = random.Random(3)
@@ -273,7 +273,7 @@ def test_load_notebooks_standing_per_level_is_the_reports(tmp_path):
 
 
 def test_the_run_browser_offers_the_runs_of_every_study_that_measures_and_nothing_else(tmp_path, toy):
-    from sparknb.run import Run
+    from sparknb.runs.run import Run
     from sparknb.studies.compare.browser import sealed_runs
 
     for notebook in ("decode", "toy", "campaigns", "compare", "nosuch"):
@@ -290,7 +290,7 @@ def test_the_batch_is_set_beside_the_single_stream_speed_of_the_study_that_measu
     from test_compare import decode_run, fingerprint
 
     from sparknb.studies.mmlu_pro.headline import batch_rows
-    from sparknb.verdict import Runs
+    from sparknb.verdicts.verdict import Runs
 
     decodes = {name: read_past(str(decode_run(tmp_path, name, speed, fingerprint(), seed=seed).path), "decode")[0]
                for name, speed, seed in (("dense", 8.9, 2), ("moe", 26.0, 1))}

@@ -15,12 +15,12 @@ import pytest
 import yaml
 from support import folder_text, model_yaml, outputs_text, run_notebook
 
-from sparknb.params import project_root
-from sparknb.run import read_records, verify
+from sparknb.runs.params import project_root
+from sparknb.runs.run import read_records, verify
+from sparknb.runs.study import start
 from sparknb.serving import startup_log
 from sparknb.serving.processes import group_alive, port_in_use
 from sparknb.studies import swap
-from sparknb.study import start
 
 NOTEBOOK = project_root() / "notebooks" / "swap.ipynb"
 KEY = "sk-sparknb-swap-test-5d2e8c41a7f3"  # guards the throw-away servers the swap test starts

@@ -13,8 +13,8 @@ import types
 
 import pytest
 
-from sparknb import fingerprint, telemetry
-from sparknb.run import Run, verify
+from sparknb.machine import fingerprint, telemetry
+from sparknb.runs.run import Run, verify
 
 NO_GPU = not fingerprint.nvml().get("available")
 

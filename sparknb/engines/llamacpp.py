@@ -25,7 +25,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from .. import metrics
+from ..endpoint import metrics
 from ..serving import llama_log
 from .base import Engine, Post
 

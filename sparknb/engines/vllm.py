@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .. import metrics
+from ..endpoint import metrics
 from ..serving import startup_log
 from .base import Engine, Post
 

@@ -32,10 +32,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..errors import ParamsError
+from ..runs.strict_json import dumps
 from . import cpu_repack, tiny_models
 from .processes import HOST
-from ..errors import ParamsError
-from ..strict_json import dumps
 
 # Bump when what is written changes: it is part of the cache key.
 WRITER_REVISION = 3

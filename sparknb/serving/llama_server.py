@@ -35,9 +35,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .tiny_models import cache_root
 from ..errors import BuildError
-from ..strict_json import dumps
+from ..runs.strict_json import dumps
+from .tiny_models import cache_root
 
 ENV_VAR = "SPARKNB_LLAMA_SERVER"  # a llama-server binary of your own
 SDIST_ENV_VAR = "SPARKNB_LLAMA_CPP_SDIST"  # the sdist already on disk, for a machine without PyPI

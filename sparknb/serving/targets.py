@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ..errors import BuildError, LifecycleError
+from ..runs.params import ModelParams
 from . import gguf_models, llama_server, real_models, tiny_models
 from .processes import HOST, free_port
-from ..errors import BuildError, LifecycleError
-from ..params import ModelParams
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,15 @@ from typing import Annotated, ClassVar
 import pandas as pd
 from pydantic import Field, PrivateAttr, model_validator
 
-from .. import params, plan
-from ..client import Endpoint, ServerInfo
+from ..endpoint.client import Endpoint, ServerInfo
+from ..endpoint.prompts import filler
 from ..errors import ParamsError
-from ..prompts import filler
-from ..report import Finding, info, warning
-from ..plan import COMPARED, IGNORED
-from ..run import PastRun, measured
-from ..study import Study
-from ..verdict import Row, Runs, caveats, median_row
+from ..runs import params, plan
+from ..runs.plan import COMPARED, IGNORED
+from ..runs.report import Finding, info, warning
+from ..runs.run import PastRun, measured
+from ..runs.study import Study
+from ..verdicts.verdict import Row, Runs, caveats, median_row
 from .decode.measure import seen_by_client
 from .decode.tables import BURST, timing
 from .registry import Contract

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ParamsError
-from ..params import project_root
-from ..plan import Plan
+from ..runs.params import project_root
+from ..runs.plan import Plan
 
 ENV = "SPARKNB_STUDIES"  # more study modules, e.g. mylab.studies.gsm8k, separated by commas
 

@@ -2,9 +2,9 @@
 
 import pandas as pd
 
-from sparknb.report import Finding, info
-from sparknb.run import measured
-from sparknb.verdict import Row, Runs, caveats, median_row
+from sparknb.runs.report import Finding, info
+from sparknb.runs.run import measured
+from sparknb.verdicts.verdict import Row, Runs, caveats, median_row
 
 
 def measure(study, plan) -> pd.DataFrame:

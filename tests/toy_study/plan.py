@@ -4,8 +4,8 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from sparknb import plan
-from sparknb.plan import COMPARED, IGNORED
+from sparknb.runs import plan
+from sparknb.runs.plan import COMPARED, IGNORED
 
 
 class Plan(plan.Plan):

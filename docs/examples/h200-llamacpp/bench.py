@@ -51,7 +51,7 @@ def limit(params: str | None) -> float | None:
     """Tokens per second at which the weights are read once per token at the hardware's peak bandwidth."""
     if not params:
         return None
-    from sparknb.params import load_hardware, load_model
+    from sparknb.runs.params import load_hardware, load_model
 
     model = load_model(params)
     gbs = load_hardware(model.hardware).memory_bandwidth_gbs

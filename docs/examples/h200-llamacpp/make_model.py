@@ -115,7 +115,7 @@ def main() -> None:
     print(f"{args.out.name}: {args.shape}{' (small)' if args.small else ''}, {count:,} parameters, {size:,} bytes, "
           f"written in {seconds:.1f} s", flush=True)
     if args.check and not args.small:
-        from sparknb.params import load_model
+        from sparknb.runs.params import load_model
 
         counted = load_model(args.check).weights.dense_params
         if counted != count:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from sparknb.cli import run_notebook
-from sparknb.params import load_model
+from sparknb.runs.params import load_model
 from sparknb.serving import lifecycle, targets
 
 MODEL = "qwen3-4b-random-llamacpp"

@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-from sparknb import hub_cache
-from sparknb.params import load_model
+from sparknb.runs.params import load_model
+from sparknb.serving import hub_cache
 from sparknb.serving import testbed
 
 SHAPE = {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,

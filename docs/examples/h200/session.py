@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from sparknb.cli import run_notebook
-from sparknb.params import load_model
+from sparknb.runs.params import load_model
 from sparknb.serving import lifecycle, targets
 
 DECODE = {"prompt_lengths": [111, 364, 5378, 10714], "output_tokens": 150, "warmup": 1, "repetitions": 3}

@@ -20,11 +20,11 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ... import metrics, stream
-from ...client import Endpoint
-from ...completion import Completion
+from ...endpoint import metrics, stream
+from ...endpoint.client import Endpoint
+from ...endpoint.completion import Completion
 from ...errors import EndpointError, StudyError
-from ...study import Study
+from ...runs.study import Study
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from typing import ClassVar
 
 import pandas as pd
 
-from ... import stats
 from ...errors import DataError
-from ...run import PastRun
+from ...runs.run import PastRun
+from ...verdicts import stats
 from .ask import Batch
 from .traps import Traps
 

@@ -3,7 +3,7 @@ findings take whole."""
 
 from __future__ import annotations
 
-from ...report import Finding, duration, info, warning
+from ...runs.report import Finding, duration, info, warning
 from .ask import Batch
 from .compare import BatchSpeed, Paired, needed_text
 

@@ -149,7 +149,7 @@ def effect(records: Sequence[dict], lead: str = LEAD) -> dict:
     difference from the lead with its interval and why every differently graded answer differs."""
     from collections import Counter
 
-    from ...stats import Pairs, accuracy, paired_difference
+    from ...verdicts.stats import Pairs, accuracy, paired_difference
 
     if not records:
         return {}
@@ -171,7 +171,7 @@ def sentences(harness: dict) -> list[str]:
     """The harness effect in words: every rule set's score beside the lead's, then each difference and its causes."""
     if not harness:
         return []
-    from ...stats import Interval
+    from ...verdicts.stats import Interval
 
     lead, sets = harness["lead"], harness["sets"]
     scores = ", ".join(f"{name} {Interval(**s['accuracy']).points()}" for name, s in sets.items())

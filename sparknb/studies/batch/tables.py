@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...run import PastRun
+from ...runs.run import PastRun
 from .ask import Batch
 
 

@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ...run import MANIFEST, outputs_dir
+from ...runs.run import MANIFEST, outputs_dir
 from .. import registry
 from .plan import Plan
 
@@ -61,7 +61,7 @@ def show(plan: Plan) -> None:
     """What the Compare button draws: the warnings, the headline table, the chart and the paragraph."""
     from IPython.display import Markdown, display
 
-    from ...report import markdown, picture
+    from ...runs.report import markdown, picture
     from .fingerprints import run_warnings, warnings
     from .headline import headline
     from .plots import plot

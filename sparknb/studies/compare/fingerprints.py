@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ... import fingerprint
-from ...plan import Plan
-from ...report import Finding, info, warning
-from ...run import PastRun
-from ...verdict import short, warnings_of
+from ...machine import fingerprint
+from ...runs.plan import Plan
+from ...runs.report import Finding, info, warning
+from ...runs.run import PastRun
+from ...verdicts.verdict import short, warnings_of
 from .. import registry
 from .plan import across_models
 

@@ -1,7 +1,7 @@
 """The headline table: every study's own rows, in the shape of the reference study, with their standing.
 
 Nothing here knows a study: each one's package builds its rows (`headline_rows(runs)`), and the rules by
-which a row decides are sparknb.verdict's. A study of these runs without headline rows is named, not skipped.
+which a row decides are sparknb.verdicts.verdict's. A study of these runs without headline rows is named, not skipped.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ... import energy
-from ...verdict import Row, Runs, StudyVerdict, decide, verdicts
+from ...machine import energy
+from ...verdicts.verdict import Row, Runs, StudyVerdict, decide, verdicts
 from .. import registry
 
 LABELS = {"trusted": "trusted", "caveated": "caveated", "not comparable": "not comparable"}

@@ -6,10 +6,10 @@ from typing import ClassVar
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from ... import plan
-from ...report import first_line
-from ...run import PastRun, read_past
-from ...verdict import Runs
+from ...runs import plan
+from ...runs.report import first_line
+from ...runs.run import PastRun, read_past
+from ...verdicts.verdict import Runs
 from .. import registry
 
 
@@ -36,7 +36,7 @@ class Plan(plan.Plan):
     @model_validator(mode="after")
     def _read(self) -> Plan:
         """Every run read once, its seal verified; a tampered or unsealed one is refused by name."""
-        from ... import campaign
+        from ...boxes import campaign
 
         chosen = self.campaign or ("" if self.runs else campaign.latest(self.outputs) or "")
         values = list(self.runs) + (campaign.runs(chosen, self.outputs) if chosen else [])
@@ -72,7 +72,7 @@ class Plan(plan.Plan):
         seen = list(dict.fromkeys(box_of(r) for r in self._past))
         order = []
         if self._campaign:
-            from ... import campaign
+            from ...boxes import campaign
 
             order = [b for b in campaign.boxes(self._campaign, self.outputs) if b in seen]
         return order + [b for b in seen if b not in order]
@@ -113,7 +113,7 @@ class Plan(plan.Plan):
         reasons, and studies run for some models only."""
         out = []
         if self._campaign:
-            from ... import campaign
+            from ...boxes import campaign
 
             for r in campaign.failed(self._campaign, self.outputs):
                 out.append(f"{r['cell']} failed: {first_line(str(r.get('reason') or 'no reason recorded'))}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ... import sequential
-from ...verdict import decide
+from ...verdicts import sequential
+from ...verdicts.verdict import decide
 from .headline import Headline
 
 STYLE = {"wins": ("o", 1.0), "cannot tell": ("o", 1.0), "caveated": ("o", 0.35), "not comparable": ("x", 0.35),

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ...report import Finding, as_records
-from ...run import Run
+from ...runs.report import Finding, as_records
+from ...runs.run import Run
 from .headline import Headline
 from .plan import Plan
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...sequential import told
+from ...verdicts.sequential import told
 from .headline import headline
 from .plan import Plan
 

@@ -3,8 +3,8 @@ what would tell it, then what was shown but could not decide. The detail is in t
 
 from __future__ import annotations
 
-from ...sequential import told
-from ...verdict import Decision
+from ...verdicts.sequential import told
+from ...verdicts.verdict import Decision
 from .. import registry
 from .headline import Headline
 

@@ -6,13 +6,13 @@ the server times each request itself, an answer that reached the client in a bur
 server's time (tables), so a burst is never read as speed.
 """
 
-from ...study import drifts
+from ...runs.study import drifts
+from ..registry import Contract
 from .compare import compare
 from .findings import findings
 from .headline import headline_rows, speeds
 from .measure import reusable, sweep
 from .plan import Plan
-from ..registry import Contract
 from .plots import plot
 from .tables import BURST, SPREAD, frame, share, summarize
 

@@ -7,11 +7,11 @@ import math
 
 import pandas as pd
 
-from ... import fingerprint
-from ...report import Finding, info, warning
-from ...run import PastRun
-from ...study import Study
-from ...verdict import caveats
+from ...machine import fingerprint
+from ...runs.report import Finding, info, warning
+from ...runs.run import PastRun
+from ...runs.study import Study
+from ...verdicts.verdict import caveats
 from .headline import speed_rows
 from .plan import Plan
 from .tables import clean, frame

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...bandwidth import FAR_BELOW, IMPOSSIBLE, Limit
-from ...report import Finding, info, warning
-from ...schedule import AUTO_FIRST
-from ...study import capped, drifts, left_out
-from ...verdict import MIN_SAMPLES
+from ...roofline.bandwidth import FAR_BELOW, IMPOSSIBLE, Limit
+from ...runs.report import Finding, info, warning
+from ...runs.schedule import AUTO_FIRST
+from ...runs.study import capped, drifts, left_out
+from ...verdicts.verdict import MIN_SAMPLES
 from .tables import BURST, SPREAD, clean
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ... import resume
-from ...prompts import PromptMaker
-from ...schedule import Schedule
-from ...study import Study, rep_label
+from ...endpoint.prompts import PromptMaker
+from ...runs import resume
+from ...runs.schedule import Schedule
+from ...runs.study import Study, rep_label
 from .plan import Plan
 from .tables import frame, timing
 

@@ -6,11 +6,11 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from ... import plan
-from ...client import Endpoint, ServerInfo
+from ...endpoint.client import Endpoint, ServerInfo
 from ...errors import ParamsError
-from ...plan import COMPARED, IGNORED, RESUMED
-from ...schedule import AUTO
+from ...runs import plan
+from ...runs.plan import COMPARED, IGNORED, RESUMED
+from ...runs.schedule import AUTO
 
 
 class Plan(plan.Sweep):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...report import length_axis
+from ...runs.report import length_axis
 
 
 def plot(table: pd.DataFrame, study):

@@ -8,7 +8,7 @@ steps is held by something other than reading memory.
 
 from __future__ import annotations
 
-from ...verdict import Row, Runs
+from ...verdicts.verdict import Row, Runs
 
 GAP = 0.15  # measured this far from the prediction: the step is held by something besides reading memory
 

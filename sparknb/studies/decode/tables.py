@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ... import benchy, stats
-from ...run import measured
+from ...runs.run import measured
+from ...verdicts import benchy, stats
 
 BURST = 0.10  # client against server decode time: beyond this the client's clock timed the delivery
 SPREAD = 1.5  # fastest over slowest request at one length: beyond this the box was not steady

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pandas as pd
 
 from ... import sandbox as sb
-from ...report import Finding, as_records, duration, info, warning
+from ...runs.report import Finding, as_records, duration, info, warning
 from ..batch.findings import batch_findings, comparison_findings, coverage
 from .compare import Comparison
-from .traps import Traps
 from .measure import Asked, Cost
 from .plan import Work
 from .scores import Scores
+from .traps import Traps
 
 
 def findings(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, asked: Asked | None,

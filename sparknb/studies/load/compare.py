@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ...run import PastRun
-from ...verdict import caveats
+from ...runs.run import PastRun
+from ...verdicts.verdict import caveats
 from .headline import requests_at, user_rows
 from .plan import Plan
 from .tables import PERCENTILES, ratios, summarize

@@ -7,7 +7,7 @@ import dataclasses
 
 import pandas as pd
 
-from ...report import Finding, as_records, info, warning
+from ...runs.report import Finding, as_records, info, warning
 from .compare import Comparison, as_rows
 from .plan import Plan
 from .tables import AGREEMENT_PCT, LAG_LIMIT_S, knee

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 
-from ... import stats
-from ...run import measured
-from ...verdict import Row, Runs, caveats, median_row
+from ...runs.run import measured
+from ...verdicts import stats
+from ...verdicts.verdict import Row, Runs, caveats, median_row
 from .plan import Plan
 from .tables import summarize
 

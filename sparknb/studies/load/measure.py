@@ -1,6 +1,6 @@
 """The sweep: each level's requests, the server's gauges sampled meanwhile, and the client checking itself.
 
-All of a level runs on one event loop (sparknb.stream): the requests, a sampler of the server's
+All of a level runs on one event loop (sparknb.endpoint.stream): the requests, a sampler of the server's
 /metrics (requests running and waiting, KV-cache use, preemptions, and its count of generated tokens,
 which checks the level's tok/s over any window), and a probe of the loop's own lag. The server is read
 once more just before the first request and once just after the last answer, so that every window of
@@ -19,9 +19,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from ... import metrics, resume, stream
+from ...endpoint import metrics, stream
 from ...errors import EndpointError
-from ...study import Study, server_view
+from ...runs import resume
+from ...runs.study import Study, server_view
 from .plan import Level, Plan, kv_capacity
 from .prompts import Prompts
 from .tables import level_line

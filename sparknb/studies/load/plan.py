@@ -14,11 +14,11 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from ... import plan
-from ...client import Endpoint, ServerInfo
+from ...endpoint.client import Endpoint, ServerInfo
 from ...errors import ParamsError
-from ...plan import COMPARED, IGNORED, RESUMED
-from ...run import PastRun
+from ...runs import plan
+from ...runs.plan import COMPARED, IGNORED, RESUMED
+from ...runs.run import PastRun
 from .prompts import Prompts, make_prompts
 
 NOTEBOOK = "load"

@@ -13,9 +13,10 @@ import random
 import secrets
 from dataclasses import dataclass
 
-from ... import params, stream
-from ...client import Endpoint
-from ...prompts import PromptMaker
+from ...endpoint import stream
+from ...endpoint.client import Endpoint
+from ...endpoint.prompts import PromptMaker
+from ...runs import params
 
 OPENING = 8  # random tokens at the start of an exact-length prompt: 4096 ** 8 ways, no two alike
 OPENING_HEX_BYTES = 4  # a text's random opening word: 8 hex digits and ": ", 2 ** 32 ways

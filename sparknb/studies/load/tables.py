@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from ...run import measured
+from ...runs.run import measured
 from .windows import ALL, STEADY, windows
 
 LOOP_CPU_LIMIT = 0.5  # a loop busy more than half the time queues chunks behind each other

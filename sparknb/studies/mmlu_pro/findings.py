@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...report import Finding, as_records, info
+from ...runs.report import Finding, as_records, info
 from ..batch import rule_sets
 from ..batch.ask import Batch
 from ..batch.findings import batch_findings, comparison_findings, coverage
 from .compare import Comparison
-from .traps import Traps
 from .plan import Work
 from .prompt import said
 from .scores import Scores
 from .tables import table
+from .traps import Traps
 
 
 def findings(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, batch: Batch | None,

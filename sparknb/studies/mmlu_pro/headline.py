@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 
-from ... import sequential, stats
-from ...run import PastRun
-from ...verdict import Row, Runs, caveats, median_row
+from ...runs.run import PastRun
+from ...verdicts import sequential, stats
+from ...verdicts.verdict import Row, Runs, caveats, median_row
 from .. import registry
 from .grading import frame
 from .plan import Plan

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ... import stream
-from ...completion import Completion
-from ...study import Study
+from ...endpoint import stream
+from ...endpoint.completion import Completion
+from ...runs.study import Study
 from ..batch.ask import Batch, Questions
 from ..batch.ask import ask as ask_all
 from .data import Question

@@ -14,11 +14,12 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from ... import plan, sequential
-from ...client import Endpoint, ServerInfo
+from ...endpoint.client import Endpoint, ServerInfo
 from ...errors import DataError, ParamsError
-from ...plan import COMPARED, IGNORED, RESUMED
-from ...run import PastRun
+from ...runs import plan
+from ...runs.plan import COMPARED, IGNORED, RESUMED
+from ...runs.run import PastRun
+from ...verdicts import sequential
 from .data import Dataset, Question, draw, load, load_suite
 from .grading import answered, frame
 from .prompt import messages

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ... import stats
 from ...errors import DataError
-from .traps import Traps
+from ...verdicts import stats
 from .plan import Work
+from .traps import Traps
 
 
 @dataclass(frozen=True)

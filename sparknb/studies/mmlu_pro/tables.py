@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ... import stats
+from ...verdicts import stats
 from ..batch.tables import batch_table
 
 __all__ = ["batch_table", "table"]

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ... import fingerprint, stats
 from ...errors import DataError
-from ...report import Finding, as_records, markdown, warning
-from ...run import PastRun
-from ...study import Study
-from ...verdict import caveats, decide
+from ...machine import fingerprint
+from ...runs.report import Finding, as_records, markdown, warning
+from ...runs.run import PastRun
+from ...runs.study import Study
+from ...verdicts import stats
+from ...verdicts.verdict import caveats, decide
 from .fit import LEVEL, Fit
 from .headline import crossover, crossover_of, ttft_rows
 from .plan import Plan

@@ -14,9 +14,9 @@ from dataclasses import asdict
 import pandas as pd
 
 from ...engines import Engine
-from ...report import Finding, as_records, duration, info, warning
-from ...study import capped, drifts, left_out
-from ...verdict import MIN_SAMPLES
+from ...runs.report import Finding, as_records, duration, info, warning
+from ...runs.study import capped, drifts, left_out
+from ...verdicts.verdict import MIN_SAMPLES
 from .compare import Comparison
 from .fit import Fit
 from .measure import UNCHECKED, CacheCount

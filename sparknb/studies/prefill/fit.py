@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import FitError
-from ...report import duration
+from ...runs.report import duration
 from .tables import clean
 
 LEVEL = 0.95  # confidence level of every interval of the prefill study

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from ...run import PastRun
-from ...verdict import Row, Runs, caveats, median_row
+from ...runs.run import PastRun
+from ...verdicts.verdict import Row, Runs, caveats, median_row
 from .plan import Plan
 from .tables import clean, frame
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ... import metrics
+from ...endpoint import metrics
+from ...endpoint.prompts import PromptMaker
 from ...errors import CacheHitError
-from ...prompts import PromptMaker
-from ...report import Finding, duration, info, warning
-from ...schedule import Schedule
-from ...study import Study, rep_label
+from ...runs.report import Finding, duration, info, warning
+from ...runs.schedule import Schedule
+from ...runs.study import Study, rep_label
 from .plan import Plan
 from .tables import frame
 

@@ -10,11 +10,11 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field, model_validator
 
-from ... import plan
-from ...client import Endpoint, ServerInfo
+from ...endpoint.client import Endpoint, ServerInfo
 from ...errors import ParamsError
-from ...plan import COMPARED, IGNORED
-from ...run import PastRun
+from ...runs import plan
+from ...runs.plan import COMPARED, IGNORED
+from ...runs.run import PastRun
 from .tables import measured_lengths
 
 NOTEBOOK = "prefill"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...report import length_axis
+from ...runs.report import length_axis
 from .compare import Comparison
 from .fit import LEVEL, Fit
 

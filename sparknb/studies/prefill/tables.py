@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from ... import benchy, stats
-from ...run import measured
+from ...runs.run import measured
+from ...verdicts import benchy, stats
 
 COLUMNS = ["seq", "prompt_length", "rep", "prompt_tokens", "completion_tokens", "ttft_s", "server_ttft_s",
            "server_prefill_s", "server_queue_s", "cache_queries", "cache_hits", "cache_hits_allowed",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...report import Finding, as_records, info, warning
+from ...runs.report import Finding, as_records, info, warning
 from ...serving import startup_log
 from .tables import EMPTY, frame, stages
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...verdict import Row, Runs, caveats, median_row
+from ...verdicts.verdict import Row, Runs, caveats, median_row
 from .tables import frame
 
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...client import Endpoint
+from ...endpoint.client import Endpoint
 from ...errors import EndpointError, LifecycleError, ServerError, StudyError
-from ...params import ModelParams
+from ...runs.params import ModelParams
+from ...runs.study import Study
 from ...serving import lifecycle, startup_log, targets
 from ...serving.processes import group_alive
-from ...study import Study
 from .memory import cache_state, clear_cache, memory
 from .plan import Plan
 from .tables import EMPTY, frame, largest

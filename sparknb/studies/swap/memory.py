@@ -10,8 +10,8 @@ import os
 import shutil
 from pathlib import Path
 
-from ... import fingerprint
-from ...params import HardwareParams
+from ...machine import fingerprint
+from ...runs.params import HardwareParams
 from ...serving.lifecycle import Server
 
 

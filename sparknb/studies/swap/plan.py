@@ -6,10 +6,10 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from ... import plan
-from ...client import Endpoint
+from ...endpoint.client import Endpoint
 from ...errors import SparknbError
-from ...params import ModelParams, load_model
+from ...runs import plan
+from ...runs.params import ModelParams, load_model
 from ...serving import targets
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ...runs.study import Study
 from ...serving import llama_log, startup_log
-from ...study import Study
 
 EMPTY = "(empty)"
 EVICT, FIRST_ANSWER = "evict", "first answer"

@@ -1,0 +1,73 @@
+"""One streamed answer as both clients record it: its text, the server's token counts and timings, and the one
+timing rule (Completion.add_chunk) by which a chunk's arrival becomes TTFT and decode time."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+
+from ..engines import Engine
+
+
+@dataclass
+class Completion:
+    """One streamed answer with a timestamp on every chunk (seconds after sending)."""
+
+    started_at: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    ttft_s: float | None = None
+    last_token_s: float | None = None
+    total_s: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int | None] = field(default_factory=list)
+    text: str = ""
+    reasoning: str = ""
+    finish_reason: str | None = None
+    server: dict | None = None  # the server's own timings, by its engine: queue_s, ttft_s, prefill_s, decode_s, ...
+
+    @property
+    def decode_s(self) -> float | None:
+        """From the first token to the last: the time the server spent decoding, seen from here."""
+        if self.ttft_s is None or self.last_token_s is None:
+            return None
+        return self.last_token_s - self.ttft_s
+
+    @property
+    def decode_tokens(self) -> int | None:
+        """Tokens after the first chunk: the ones the decode time was spent on."""
+        if not self.completion_tokens:
+            return None
+        first = self.chunk_tokens[0] if self.chunk_tokens and self.chunk_tokens[0] else 1
+        return self.completion_tokens - first
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Tokens after the first chunk over the time they took. None where the server gave no usage."""
+        if not self.decode_tokens or not self.decode_s:
+            return None
+        return self.decode_tokens / self.decode_s
+
+    def add_chunk(self, t: float, text: str, reasoning: str, tokens: int | None) -> None:
+        """A chunk that carries text or tokens, `t` seconds after sending: TTFT is the first such chunk.
+        The one place of the timing rule, for the single-stream client and the asyncio one alike."""
+        self.text, self.reasoning = self.text + text, self.reasoning + reasoning
+        self.chunk_times.append(t)
+        self.chunk_tokens.append(tokens)
+        self.ttft_s = t if self.ttft_s is None else self.ttft_s
+        self.last_token_s = t
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"decode_s": self.decode_s, "decode_tokens": self.decode_tokens,
+                               "decode_tokens_per_s": self.decode_tokens_per_s}
+
+
+def answer_fields(engine: Engine, max_tokens: int, temperature: float, stop: list[str] | None, ignore_eos: bool,
+                  reuse_prompt: bool, extra: dict) -> dict:
+    """The fields of a request besides its prompt, for both clients: OpenAI's, the engine's, the caller's."""
+    return {"max_tokens": max_tokens, "temperature": temperature, "stop": stop,
+            **engine.request_fields(ignore_eos, max_tokens, reuse_prompt), **extra}
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")

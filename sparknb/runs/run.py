@@ -1,0 +1,293 @@
+"""Sealed runs: outputs/<notebook>/<run-id>/, written once, hashed, read-only, checkable.
+
+A number is only defensible if the files behind it cannot have changed since it was taken. Each
+record is flushed to disk as it completes, so a run that fails halfway keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import secrets as _secrets
+import shutil
+import stat
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..errors import DataError, RunError
+from . import manifest
+from .manifest import MANIFEST, walk
+from .params import project_root
+from .redaction import redact
+from .strict_json import dumps, read_object
+
+CLAIM = "params.json"  # created first and exclusively: whoever writes it owns the run id
+FAILURE = "failure.json"  # written by a run that stopped halfway, before it is sealed
+
+
+def new_run_id(label: str = "") -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    slug = re.sub(r"[^A-Za-z0-9.]+", "-", label).strip("-")[:40]
+    return "-".join(p for p in (stamp, slug, _secrets.token_hex(3)) if p)
+
+
+def outputs_dir() -> Path:
+    return Path(os.environ.get("SPARKNB_OUTPUTS") or project_root() / "outputs")
+
+
+def _dump(obj) -> str:
+    return dumps(obj, indent=2, sort_keys=True)
+
+
+class Run:
+    """One run folder being written. Nothing in it is ever overwritten."""
+
+    def __init__(self, path: Path, secrets: tuple[str, ...] = ()):
+        self.path = path
+        self.id = path.name
+        self._secrets = secrets
+
+    @classmethod
+    def create(cls, notebook: str, params: dict, *, run_id: str = "", outputs: str | Path = "",
+               label: str = "", secrets: tuple[str, ...] = ()) -> Run:
+        """Claim a new run id. A folder made in advance (for papermill's output) may be claimed once."""
+        path = Path(outputs or outputs_dir()) / notebook / (run_id or new_run_id(label))
+        path.mkdir(parents=True, exist_ok=True)
+        run = cls(path, secrets)
+        try:
+            run.write_json(CLAIM, params)
+        except FileExistsError:
+            raise RunError(f"Run id {path.name!r} is already used ({path}); run ids are never reused. "
+                           "Leave run_id empty for a new one.") from None
+        return run
+
+    def _target(self, name: str) -> Path:
+        if (self.path / MANIFEST).exists():
+            raise RunError(f"{self.path} is sealed; nothing more can be written to it.")
+        return self.path / name
+
+    def write_json(self, name: str, obj) -> Path:
+        return self.write_text(name, _dump(redact(obj, self._secrets)) + "\n")
+
+    def write_text(self, name: str, text: str) -> Path:
+        """Write a new file; an existing one is never replaced."""
+        target = self._target(name)
+        with open(target, "x") as f:  # 'x' fails if the file exists
+            f.write(redact(text, self._secrets))
+        return target
+
+    def record(self, obj: dict) -> None:
+        """One request's line in records.jsonl, on disk now, so a crash later cannot lose it."""
+        self.append("records.jsonl", obj)
+
+    def append(self, name: str, obj: dict) -> None:
+        """Append one JSON line to a file of lines and push it to disk now."""
+        with open(self._target(name), "a") as f:
+            f.write(dumps(redact(obj, self._secrets), sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def seal(self, after_the_fact: dict | None = None) -> Path:
+        """Hash every file into the signed manifest, then make all of it read-only. `after_the_fact`
+        (manifest.after_the_fact()): who seals a run that did not seal itself, when and why; said in the
+        folder, and by verify."""
+        self._target(MANIFEST)
+        sealed = manifest.write(self.path, self.id, after_the_fact)
+        _read_only(self.path)
+        return sealed
+
+    @property
+    def sealed(self) -> bool:
+        return (self.path / MANIFEST).exists()
+
+
+READ_ONLY_FILE = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+READ_ONLY_FOLDER = READ_ONLY_FILE | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+
+
+def _read_only(path: Path, mode: tuple[int, int] = (READ_ONLY_FILE, READ_ONLY_FOLDER)) -> None:
+    """Every file and folder of a run read-only (or, given other modes, e.g. writable again to be moved)."""
+    files, folders, _ = walk(path)
+    for name in files:
+        (path / name).chmod(mode[0])
+    for folder in [*(path / f for f in reversed(folders)), path]:
+        folder.chmod(mode[1])
+
+
+# --- a sealed run travelling between boxes ---------------------------------------------------------------
+
+def pack(folder: str | Path) -> bytes:
+    """A sealed run as one uncompressed tar whose only top entry is the run's folder: what travels."""
+    path = Path(folder)
+    if not (path / MANIFEST).is_file():
+        raise RunError(f"{path} is not sealed; only a sealed run may travel.")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(path, arcname=path.name)
+    return buffer.getvalue()
+
+
+def arrive(payload: bytes, parent: str | Path) -> Path:
+    """A travelled run unpacked into parent/<run id>, only if it matches its own manifest; never over another run.
+
+    A folder that differs from its manifest (changed on the way) is refused and nothing of it stays.
+    Where the run is already there, as sealed (the box that made it writes into this same outputs/),
+    that folder is the one returned.
+    """
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    landing = Path(tempfile.mkdtemp(prefix=".arriving-", dir=parent))
+    try:
+        try:
+            with tarfile.open(fileobj=io.BytesIO(payload), mode="r:") as tar:
+                tops = sorted({Path(m.name).parts[0] for m in tar.getmembers() if Path(m.name).parts})
+                if len(tops) != 1:
+                    raise RunError(f"refused on arrival: a travelled run is one folder, this holds {tops}")
+                tar.extractall(landing, filter="data")  # no absolute paths, no links out, no devices
+        except (tarfile.TarError, OSError) as e:
+            raise RunError(f"refused on arrival: not a sealed run's folder ({type(e).__name__}: {e})") from None
+        folder = landing / tops[0]
+        problems = verify(folder)
+        if problems:
+            raise RunError(f"refused on arrival: {folder.name} does not match its manifest ({'; '.join(problems)}); "
+                           "it changed between the box and here")
+        target = parent / folder.name
+        if target.exists():
+            if verify(target) == [] and (target / MANIFEST).read_bytes() == (folder / MANIFEST).read_bytes():
+                return target
+            raise RunError(f"refused on arrival: {target} exists and is another run; run ids are never reused")
+        _read_only(folder, (stat.S_IRUSR | stat.S_IWUSR, stat.S_IRWXU))  # a folder moves only while writable
+        folder.rename(target)
+        _read_only(target)
+        return target
+    finally:
+        _read_only(landing, (stat.S_IRUSR | stat.S_IWUSR, stat.S_IRWXU))
+        shutil.rmtree(landing)
+
+
+def read_records(path: str | Path) -> list[dict]:
+    file = Path(path) / "records.jsonl"
+    return [json.loads(line) for line in file.read_text().splitlines() if line.strip()] if file.exists() else []
+
+
+def measured(records: Sequence[dict]) -> list[dict]:
+    """The records of measured requests: warmups and failed requests left out."""
+    return [r for r in records if not r.get("warmup") and "error" not in r]
+
+
+def verify(path: str | Path) -> list[str]:
+    """Every reason not to trust the folder's seal (manifest.check): empty means it is as sealed, by whoever
+    signed it; whether that signer is known here, or the run was sealed after the fact, is check()'s verdict."""
+    return list(manifest.check(path).problems)
+
+
+# --- earlier runs, read back -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PastRun:
+    """An earlier run, read back from its sealed folder: the one way every study reads the past."""
+
+    path: Path
+    params: dict
+    fingerprint: dict
+    records: list[dict]
+    summary: dict | None
+    failure: dict | None  # what stopped it, for a run sealed after failing halfway
+    manifest_sha256: str = ""  # its manifest as it was read: what a run that reads it pins (settings.inputs)
+    seal: str = ""  # its seal's verdict as it was read (manifest.Seal.verdict): intact, signed by whom, or not
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    @property
+    def notebook(self) -> str:
+        return self.params.get("notebook", "")
+
+    @property
+    def settings(self) -> dict:
+        return self.params.get("settings", {})
+
+    @property
+    def label(self) -> str:
+        """The model's name, or the models' for a run that visits several."""
+        if isinstance(self.params.get("model"), dict):
+            return self.params["model"].get("name") or self.id
+        return ", ".join(self.params.get("models", {})) or self.id
+
+
+def _locate(value: str, notebook: str | None, outputs: str | Path) -> Path | None:
+    """A folder as typed (notebooks run in notebooks/, so also from the project root), or a run id."""
+    base = Path(outputs or outputs_dir())
+    ids = [base / notebook / value] if notebook else sorted(base.glob(f"*/{value}"))
+    candidates = [Path(value).expanduser(), project_root() / value, *ids]
+    return next((c for c in candidates if c.is_dir()), None)
+
+
+def _read_one(value: str, notebook: str | None, what: str, outputs: str | Path) -> PastRun | str:
+    where = Path(outputs or outputs_dir()) / (notebook or "*")
+    kind = f"{notebook} run" if notebook else "run"
+    if not isinstance(value, str) or not value.strip():
+        return f"{what} {value!r}: give the folder of an earlier {kind} or its run id"
+    path = _locate(value, notebook, outputs)
+    if path is None:
+        return (f"{what} {value!r}: no such run folder, nor a run id under {where}. Give the folder of an earlier "
+                f"{kind} (as `sparknb run` printed it) or its run id.")
+    params = read_object(path / "params.json")
+    if params is None:
+        return f"{what} {value!r}: {path} has no readable params.json, so it is not a sparknb run folder."
+    if notebook and params.get("notebook") != notebook:
+        return (f"{what} {value!r}: {path.name} is a {params.get('notebook')!r} run, not a {notebook} run; only "
+                f"{notebook} runs measured the same thing.")
+    seal = manifest.check(path)
+    problems = list(seal.problems)
+    if problems:
+        return (f"{what} {value!r}: {path.name} does not match its seal ({'; '.join(problems)}). Its numbers cannot "
+                "be trusted: compare with an intact run, or seal an interrupted one with `sparknb seal FOLDER`.")
+    fingerprint = read_object(path / "fingerprint.json")
+    if fingerprint is None:
+        return (f"{what} {value!r}: {path.name} has no fingerprint.json; without it nobody can tell whether it ran "
+                "on the same box and server build.")
+    return PastRun(path, params, fingerprint, read_records(path), read_object(path / "summary.json"),
+                   read_object(path / FAILURE), manifest.digest(path), seal.verdict)
+
+
+def read_past(values: str | Sequence[str], notebook: str | None, *, what: str = "compare_with",
+              outputs: str | Path = "") -> list[PastRun]:
+    """Earlier sealed runs of `notebook` (None: of any) by folder or run id; every problem is named at once."""
+    if isinstance(values, str):
+        values = [values] if values.strip() else []
+    values = list(values or [])
+    problems = [f"{what} names {v!r} twice" for v in sorted(set(values)) if values.count(v) > 1]
+    runs = []
+    for value in dict.fromkeys(values):
+        found = _read_one(value, notebook, what, outputs)
+        if isinstance(found, str):
+            problems.append(found)
+        else:
+            runs.append(found)
+    problems += same_records(runs)
+    if problems:
+        raise DataError(f"Cannot use {what}:\n  " + "\n  ".join(problems))
+    return runs
+
+
+def same_records(runs: Sequence[PastRun]) -> list[str]:
+    """Two runs whose records are the same were not measured apart: one is a copy of the other (a copy sealed
+    again under another id was compared with its original as two runs with identical figures)."""
+    seen: dict[str, PastRun] = {}
+    problems = []
+    for run in runs:
+        key = hashlib.sha256(dumps(run.records, sort_keys=True).encode()).hexdigest()
+        if run.records and key in seen:
+            problems.append(f"{seen[key].id} and {run.id} hold the same records: one is a copy of the other, "
+                            "not a second measurement; compare runs measured apart")
+        seen.setdefault(key, run)
+    return problems

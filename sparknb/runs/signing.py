@@ -1,0 +1,155 @@
+"""Signing a run's manifest with an SSH key, the way git signs commits (`ssh-keygen -Y sign`/`-Y verify`).
+
+A manifest alone is a list of hashes that anyone can rewrite: a record changed and its sha256 rewritten in
+manifest.json verified as intact. Signed, a rewritten manifest fails its signature, and one signed again
+names the key that signed it. The key is $SPARKNB_SIGNING_KEY (any SSH key, e.g. the one git signs with),
+or sparknb's own Ed25519 key, made on first use in the config folder; the keys a reader trusts, by name,
+are that folder's allowed_signers (ssh-keygen's format), which sparknb keeps for the keys it signs with.
+"""
+
+from __future__ import annotations
+
+import base64
+import getpass
+import hashlib
+import logging
+import os
+import socket
+import struct
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import RunError
+
+NAMESPACE = "sparknb-run"  # a signature made for a run is refused as a git commit's or an email's, and back
+KEY_ENV = "SPARKNB_SIGNING_KEY"
+CONFIG_ENV = "SPARKNB_CONFIG_DIR"
+TIMEOUT_S = 30  # ssh-keygen answers in milliseconds; a key that asks for a passphrase has no terminal here
+log = logging.getLogger(__name__)
+
+
+def config_dir() -> Path:
+    """$SPARKNB_CONFIG_DIR, or sparknb's folder under $XDG_CONFIG_HOME (~/.config)."""
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV])
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "sparknb"
+
+
+def allowed_signers() -> Path:
+    return config_dir() / "allowed_signers"
+
+
+def whoami() -> str:
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def _ssh_keygen(*args: str, data: bytes = b"") -> subprocess.CompletedProcess:
+    """ssh-keygen without a terminal (a passphrase prompt fails at once instead of waiting) and with a bound."""
+    try:
+        return subprocess.run(["ssh-keygen", *args], input=data, capture_output=True, timeout=TIMEOUT_S,
+                              start_new_session=True)
+    except FileNotFoundError:
+        raise RunError("ssh-keygen is not installed (it signs and checks seals): install openssh-client") from None
+    except subprocess.TimeoutExpired:
+        raise RunError(f"ssh-keygen {args[0]} {args[1]} gave no answer in {TIMEOUT_S} s") from None
+
+
+def key() -> Path:
+    """The signing key: $SPARKNB_SIGNING_KEY, or sparknb's own, made now if this is its first use."""
+    if os.environ.get(KEY_ENV):
+        path = Path(os.environ[KEY_ENV]).expanduser()
+        if not path.is_file():
+            raise RunError(f"{KEY_ENV} names {path}, which is no file: give the path of an SSH private key "
+                           "(or of the public key of one held by ssh-agent)")
+        return path
+    path = config_dir() / "signing_key"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        made = _ssh_keygen("-q", "-t", "ed25519", "-N", "", "-C", whoami(), "-f", str(path))
+        if made.returncode != 0:
+            raise RunError(f"could not make a signing key at {path}: {made.stderr.decode().strip()}")
+        log.warning("made a signing key for sealed runs: %s (its public half: %s.pub); set %s to sign with "
+                    "another", path, path, KEY_ENV)
+    return path
+
+
+def _public(path: Path) -> str:
+    """'ssh-ed25519 AAAA...' of a key, from its .pub beside it (or the key itself, given as a .pub)."""
+    pub = path if path.suffix == ".pub" else path.with_name(path.name + ".pub")
+    if pub.is_file():
+        return " ".join(pub.read_text().split()[:2])
+    derived = _ssh_keygen("-y", "-f", str(path))
+    if derived.returncode != 0:
+        raise RunError(f"could not read the public half of {path}: {derived.stderr.decode().strip()}")
+    return " ".join(derived.stdout.decode().split()[:2])
+
+
+def _trust(public: str) -> None:
+    """The key sparknb signs with is one its own verify names: listed in allowed_signers (once)."""
+    path = allowed_signers()
+    known = path.read_text() if path.is_file() else ""
+    if public.split()[1] not in known:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(f'{whoami()} namespaces="{NAMESPACE}" {public}\n')
+
+
+def fingerprint(public: str) -> str:
+    """SHA256:... of 'ssh-ed25519 AAAA...', as ssh-keygen -l prints it."""
+    blob = base64.b64decode(public.split()[1])
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+def signer() -> tuple[Path, str]:
+    """The signing key and its public half, listed in allowed_signers so that verify names it."""
+    path = key()
+    public = _public(path)
+    _trust(public)
+    return path, public
+
+
+def sign(data: bytes, path: Path) -> str:
+    """The armoured SSH signature of `data` by the key at `path`."""
+    signed = _ssh_keygen("-Y", "sign", "-n", NAMESPACE, "-f", str(path), data=data)
+    if signed.returncode != 0:
+        raise RunError(f"ssh-keygen could not sign with {path}: {signed.stderr.decode().strip()} (a key with a "
+                       f"passphrase must be in ssh-agent; or unset {KEY_ENV} to use sparknb's own key)")
+    return signed.stdout.decode()
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a signature says: whether it holds for the data, by which key, and whose that key is here."""
+
+    good: bool
+    key: str  # SHA256:... of the key that signed
+    public: str  # 'ssh-ed25519 AAAA...', to be added to allowed_signers by a reader who trusts it
+    signer: str | None  # its name in allowed_signers; None for a key not listed there
+    detail: str = ""
+
+
+def check(data: bytes, signature: Path) -> Signature:
+    """Whether `signature` (a file) signs `data` in sparknb's namespace, and whose key made it."""
+    public = _signing_key(signature.read_text())
+    listed = allowed_signers()
+    found = _ssh_keygen("-Y", "find-principals", "-s", str(signature), "-f", str(listed)) if listed.is_file() else None
+    name = found.stdout.decode().split()[0] if found is not None and found.returncode == 0 else None
+    how = ("-Y", "verify", "-f", str(listed), "-I", name) if name else ("-Y", "check-novalidate")
+    checked = _ssh_keygen(*how, "-n", NAMESPACE, "-s", str(signature), data=data)
+    return Signature(checked.returncode == 0, fingerprint(public), public, name,
+                     (checked.stderr or checked.stdout).decode().strip())
+
+
+def _signing_key(armoured: str) -> str:
+    """'ssh-ed25519 AAAA...' of the key inside an SSH signature (PROTOCOL.sshsig: magic, version, key, ...)."""
+    try:
+        body = base64.b64decode("".join(line for line in armoured.splitlines() if not line.startswith("-----")))
+        (size,) = struct.unpack(">I", body[10:14])
+        blob = body[14:14 + size]
+        (kind_size,) = struct.unpack(">I", blob[:4])
+        if body[:6] != b"SSHSIG" or len(blob) != size:
+            raise ValueError("no SSHSIG")
+        return f"{blob[4:4 + kind_size].decode()} {base64.b64encode(blob).decode()}"
+    except (ValueError, struct.error, UnicodeDecodeError):
+        raise RunError("manifest.sig is not an SSH signature") from None
