@@ -15,7 +15,7 @@ from .boxes import campaign
 from .errors import ParamsError, SparknbError
 from .runs import manifest
 from .runs.execute import Interrupted, run_notebook, seal_interrupted
-from .runs.params import load_model
+from .runs.params import TESTBED_ENGINES, load_model
 from .runs.redaction import redact
 from .runs.run import MANIFEST
 from .runs.signing import NAMESPACE, allowed_signers
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p_serve = sub.add_parser("serve", help="start a test-bed model: a tiny one on the real vLLM CPU server or "
                              "llama-server, or the real SmolLM2-135M (smollm2*, llama-server only)")
     p_serve.add_argument("name", choices=["tiny-dense", "tiny-moe", "smollm2", "smollm2-draft", "smollm2-ngram"])
-    p_serve.add_argument("--engine", choices=["vllm", "llama.cpp"], default="vllm",
+    p_serve.add_argument("--engine", choices=TESTBED_ENGINES, default=TESTBED_ENGINES[0],
                          help="vLLM's CPU build (default), or llama.cpp's llama-server (built once if none is found)")
     p_model = sub.add_parser("model", help="describe a served model: params/models/NAME.yaml from its server")
     p_model.add_argument("action", choices=["add"])
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             from .serving import testbed
 
-            model = load_model(args.name if args.engine == "vllm" else f"{args.name}-llamacpp")
+            model = load_model(args.name if args.engine == TESTBED_ENGINES[0] else f"{args.name}-llamacpp")
             testbed.serve_forever(args.name, urlsplit(model.endpoint).port, api_key=model.api_key(),
                                   engine=args.engine)
         elif args.command == "model":

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from .. import engines
 from ..errors import GuardError
 from ..runs.strict_json import dumps
 from ..serving import processes
@@ -50,8 +51,9 @@ class GuardReport:
         return asdict(self)
 
 
-def check(*, server_load: dict[str, float | None] | None, gpu: dict | None = None, server_process: str = "vllm",
-          allow_pids: Iterable[int] = (), force: bool = False, endpoint: Server | None = None) -> GuardReport:
+def check(*, server_load: dict[str, float | None] | None, gpu: dict | None = None,
+          server_process: str = engines.VLLM.process_name, allow_pids: Iterable[int] = (), force: bool = False,
+          endpoint: Server | None = None) -> GuardReport:
     """Findings from the server's queue and the GPU's process list; raises GuardError unless forced.
 
     `server_load` None means there is no server to ask yet (a study that starts its own); a gauge

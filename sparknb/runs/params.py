@@ -21,8 +21,12 @@ from pydantic import (
     model_validator,
 )
 
+from .. import engines
 from ..errors import ParamsError
 from .redaction import looks_secret, redact
+
+
+TESTBED_ENGINES = (engines.VLLM.key, engines.LLAMACPP.key)  # the servers the test bed starts
 
 
 class Strict(BaseModel):
@@ -55,7 +59,7 @@ class Lifecycle(Strict):
 
     testbed: Literal["tiny-dense", "tiny-moe", "smollm2", "smollm2-draft", "smollm2-ngram"] | None = Field(
         None, description="a test-bed model: a tiny random one, or the real SmolLM2-135M (llama.cpp only)")
-    engine: Literal["vllm", "llama.cpp"] | None = Field(None, description=(
+    engine: str | None = Field(None, description=(
         "for `testbed`: the server it starts, vLLM's CPU build (the default) or llama.cpp's llama-server"))
     start: str | None = Field(None, min_length=1, description=(
         "command template run without a shell, in its own process group; placeholders: "
@@ -75,6 +79,13 @@ class Lifecycle(Strict):
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for start; no secrets")
     sidecar: bool = False
 
+    @field_validator("engine")
+    @classmethod
+    def _testbed_engine(cls, key: str | None) -> str | None:
+        if key is not None and key not in TESTBED_ENGINES:
+            raise ValueError(f"the test bed starts {' or '.join(TESTBED_ENGINES)}, not {key!r}")
+        return key
+
     @model_validator(mode="after")
     def _one_way(self) -> Lifecycle:
         ways = [w for w, on in (("testbed", self.testbed), ("start", self.start), ("sidecar", self.sidecar)) if on]
@@ -84,7 +95,7 @@ class Lifecycle(Strict):
         if self.engine and not self.testbed:
             raise ValueError("engine chooses the test bed's server; with a start command or a sidecar, the "
                              "command you give is the server (drop engine)")
-        if self.engine == "llama.cpp" and self.compile_cache:
+        if self.engine == engines.LLAMACPP.key and self.compile_cache:
             raise ValueError("llama-server compiles nothing: drop compile_cache from a llama.cpp test-bed model")
         if self.stop and not self.start:
             raise ValueError("stop needs a start command; the test bed and a sidecar stop their own models")
@@ -134,7 +145,7 @@ class ModelParams(Strict):
     architecture: Literal["dense", "moe"]
     speculative: str | None = Field(None, description="speculative decoding method, e.g. mtp, ngram, draft")
     reasoning: bool = False
-    engine: Literal["vllm", "llama.cpp", "transformers"] | None = Field(None, description=(
+    engine: str | None = Field(None, description=(
         "the server's family (sparknb.engines), where detection should not decide: vLLM answers /version, "
         "llama.cpp's llama-server /props, and a server with neither is taken as OpenAI-API-only"))
     tokenizer: str | None = Field(None, min_length=1, description="for a server without /tokenize (transformers "
@@ -151,6 +162,11 @@ class ModelParams(Strict):
                                 "(sparknb.roofline.census), used where the checkpoint cannot be read at run time")
     lifecycle: Lifecycle = Lifecycle()
     notes: str = ""
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, key: str | None) -> str | None:
+        return None if key is None else engines.named(key).key
 
     @model_validator(mode="after")
     def _moe_has_experts(self) -> ModelParams:
