@@ -2,6 +2,7 @@
 order and stopped when its confidence sequence decided (B better, B worse, equivalent within the margin, or
 cannot tell at the budget), and a run interrupted halfway that resumes to the same state."""
 
+import json
 import zlib
 
 import numpy as np
@@ -21,18 +22,25 @@ QUESTIONS = 400
 def mmlu_run(tmp_path, model: str, right, order_seed=0, sequential=None, asked=QUESTIONS, failed=False) -> Run:
     """An mmlu_pro run as the notebook seals it, its questions asked in a seeded order, the first `asked` of it."""
     settings = {"stop": [], "dataset_name": "MMLU-Pro"} | ({"sequential": sequential} if sequential else {})
-    run = Run.create("mmlu_pro", {"notebook": "mmlu_pro", "model": {"name": model}, "settings": settings},
+    ids = [int(q) for q in order([str(q) for q in range(QUESTIONS)], order_seed)]  # seed 0: A's order
+    records = [{"question_id": str(q), "category": "math", "answer": "A", "finish_reason": "stop", "order": position,
+                "text": f"Reasoning first. The answer is ({'A' if right(q) else 'B'})."}
+               for position, q in enumerate(ids[:asked])]
+    return sealed(tmp_path, "mmlu_pro", model, settings, records, failed, seconds=3.0)
+
+
+def sealed(tmp_path, study: str, model: str, settings: dict, records: list[dict], failed: bool, seconds: float) -> Run:
+    """A run of `study` as its notebook seals it: these records (timed apart from any other run's), a failure
+    where it stopped halfway, and its batch's pace of `seconds` a question."""
+    run = Run.create(study, {"notebook": study, "model": {"name": model}, "settings": settings},
                      outputs=tmp_path, label=model)
     run.write_json("fingerprint.json", fingerprint())
-    ids = [int(q) for q in order([str(q) for q in range(QUESTIONS)], order_seed)]  # seed 0: A's order
-    for position, q in enumerate(ids[:asked]):
-        said = "A" if right(q) else "B"
-        run.record({"question_id": str(q), "category": "math", "answer": "A", "finish_reason": "stop", "order": position,
-                    "text": f"Reasoning first. The answer is ({said}).",
-                    "ttft_s": zlib.crc32(f"{model}-{q}".encode()) / 2**32})  # two runs never time alike
+    for r in records:  # two runs never time alike
+        run.record(r | {"ttft_s": zlib.crc32(f"{model}-{json.dumps(r, sort_keys=True)}".encode()) / 2**32})
     if failed:
-        run.write_json("failure.json", {"reason": "the server went away", "records": asked})
-    run.write_json("summary.json", {"findings": [], "batch": {"wall_s": 3.0 * asked, "asked": asked}})
+        run.write_json("failure.json", {"reason": "the server went away", "records": len(records)})
+    run.write_json("summary.json", {"findings": [], "batch": {"wall_s": seconds * len(records),
+                                                              "asked": len(records)}})
     run.seal()
     return run
 

@@ -279,22 +279,23 @@ def design_of(settings: Mapping, questions: int) -> Design | None:
                   float(given.get("alpha") or Design.alpha))
 
 
-def from_runs(a: PastRun, b: PastRun, a_right: Mapping, b_right: Mapping) -> tuple[Interval, int, str, dict]:
+def from_runs(a: PastRun, b: PastRun, a_right: Mapping, b_right: Mapping, drawn: str = "questions",
+              unit: str = "questions") -> tuple[Interval, int, str, dict]:
     """B's sealed run, planned sequential, against A's: the sequence replayed from both runs' graded records (never
     a figure B's run wrote about itself) in A's order, as a verdict row carries it: the interval, the questions
-    used, what budget would tell where it could not, and the summary."""
-    ids = a_order(a, a_right)
+    used, what budget would tell where it could not, and the summary. `drawn`: the setting with A's draw."""
+    ids = a_order(a, a_right, drawn)
     design = design_of(b.settings, len(ids))
-    held = summary(PairedSequence.replay(in_order(ids, a_right, b_right), design), pace(b))
+    held = summary(PairedSequence.replay(in_order(ids, a_right, b_right), design), pace(b), len(ids), unit)
     i = held["interval"]
     told_by = needed_text(held) if held["outcome"] == "cannot tell" else ""
     return Interval(i["estimate"], i["low"], i["high"], i["level"], i["method"]), held["questions"], told_by, held
 
 
-def a_order(a: PastRun, a_right: Mapping) -> list[str]:
-    """A's seeded order of its whole draw (its settings' `questions`), kept to the questions A answered."""
-    drawn = [str(q) for q in a.settings.get("questions") or a_right.keys()]
-    return [q for q in order(drawn, int(a.settings.get("seed") or 0)) if q in a_right]
+def a_order(a: PastRun, a_right: Mapping, drawn: str = "questions") -> list[str]:
+    """A's seeded order of its whole draw (the ids its settings record under `drawn`), kept to those A answered."""
+    ids = [str(q) for q in a.settings.get(drawn) or a_right.keys()]
+    return [q for q in order(ids, int(a.settings.get("seed") or 0)) if q in a_right]
 
 
 def pace(run: PastRun) -> float | None:
@@ -314,11 +315,14 @@ def in_order(order: Sequence[str], a: Mapping[str, bool], b: Mapping[str, bool])
     return out
 
 
-def summary(seq: PairedSequence, seconds_per_question: float | None) -> dict:
+def summary(seq: PairedSequence, seconds_per_question: float | None, available: int | None = None,
+            unit: str = "questions") -> dict:
     """The sequence as a verdict row carries it: its state, the questions and minutes saved against the budget
     and against the fixed-sample design of the same errors (minutes None where B's pace is unknown), what budget
-    would most likely tell where it could not, and its path for the plot."""
-    out = seq.as_dict() | {"seconds_per_question": seconds_per_question, "path": [list(p) for p in seq.path]}
+    would most likely tell where it could not, and its path for the plot. `available`: the most there are to
+    ask (A's answered questions, in its order): HumanEval's 164 problems cannot tell a 3-point margin at all."""
+    out = seq.as_dict() | {"seconds_per_question": seconds_per_question, "path": [list(p) for p in seq.path],
+                           "available": available, "unit": unit}
     for name, total in (("budget", seq.design.budget), ("fixed_sample", out["fixed_sample"])):
         saved = total - seq.n
         out[f"saved_against_{name}"] = {"questions": saved, "minutes": None if seconds_per_question is None
@@ -328,29 +332,46 @@ def summary(seq: PairedSequence, seconds_per_question: float | None) -> dict:
 
 
 def told(s: Mapping) -> str:
-    """The row's note: why it stopped, the questions used and saved."""
-    fixed, budget = s["saved_against_fixed_sample"], s["saved_against_budget"]
-    minutes = "" if fixed["minutes"] is None else f", about {fixed['minutes']:,.0f} minutes of B's time"
+    """The row's note: why it stopped, the questions used and saved; against the budget alone where the
+    fixed-sample design would need more than there are to ask (a saving against a run that cannot be made)."""
+    fixed, budget, unit = s["saved_against_fixed_sample"], s["saved_against_budget"], s.get("unit", "questions")
     text = (f"sequential, {100 * s['design']['margin']:.0f}-point margin: stopped after {s['questions']:,} of "
-            f"{s['design']['budget']:,} questions ({s['reason']}); a fixed-sample design of the same errors, sized to "
-            f"tell a difference as small as the margin, needs {s['fixed_sample']:,}: {fixed['questions']:,} "
-            f"questions saved{minutes}")
-    return text + (f" ({budget['questions']:,} under the budget)" if budget["questions"] > 0 else "")
+            f"{s['design']['budget']:,} {unit} ({s['reason']}); a fixed-sample design of the same errors, sized to "
+            f"tell a difference as small as the margin, ")
+    if beyond(s, s["fixed_sample"]):
+        return text + (f"would need {s['fixed_sample']:,}, more than the {s['available']:,} there are to ask: "
+                       f"{budget['questions']:,} {unit} saved against the budget{_minutes(budget)}")
+    return (text + f"needs {s['fixed_sample']:,}: {fixed['questions']:,} {unit} saved{_minutes(fixed)}"
+            + (f" ({budget['questions']:,} under the budget)" if budget["questions"] > 0 else ""))
+
+
+def _minutes(saved: Mapping) -> str:
+    return "" if saved["minutes"] is None else f", about {saved['minutes']:,.0f} minutes of B's time"
+
+
+def beyond(s: Mapping, count: int | None) -> bool:
+    """More than there are to ask (A's answered questions): no run of these can be that long."""
+    return count is not None and s.get("available") is not None and count > s["available"]
 
 
 def needed_text(s: Mapping) -> str:
+    unit = s.get("unit", "questions")
     if s.get("needed") is None:
-        return f"no budget up to {s['questions'] + NEEDED_CAP:,} questions would most likely tell, at the rates seen"
-    return f"a budget of about {s['needed']:,} questions would most likely tell (resume the run with it)"
+        return f"no budget up to {s['questions'] + NEEDED_CAP:,} {unit} would most likely tell, at the rates seen"
+    if beyond(s, s["needed"]):
+        return (f"a budget of about {s['needed']:,} {unit} would most likely tell, more than the {s['available']:,} "
+                f"there are to ask: no run of these {unit} can tell at this margin")
+    return f"a budget of about {s['needed']:,} {unit} would most likely tell (resume the run with it)"
 
 
-def of_run(live: Live | None, b_right: Mapping, seconds_per_question: float | None) -> dict | None:
+def of_run(live: Live | None, b_right: Mapping, seconds_per_question: float | None,
+           unit: str = "questions") -> dict | None:
     """B's sequence replayed from its own graded answers in A's order: what its notebook shows and seals (None for
     a run that is not sequential against another)."""
     if live is None:
         return None
     seq = PairedSequence.replay(in_order(live.ids, live.a, b_right), live.sequence.design)
-    return summary(seq, seconds_per_question)
+    return summary(seq, seconds_per_question, len(live.ids), unit)
 
 
 def markdown(s: Mapping) -> str:

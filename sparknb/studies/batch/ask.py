@@ -8,6 +8,10 @@ its record goes to disk under one lock, so lines never interleave. A failed requ
 answers in flight are awaited and graded, then it raises. On Ctrl-C the answers whose grading had not
 started are kept too, unmarked, and `resume_from` asks them again. The batch figures come with the
 server's counters around the whole batch, which say whether anything else used the server meanwhile.
+
+A sequential run (`work.live`) sends no question once its sequence has decided, and awaits each grade before
+the next question goes out: a sandboxed grade takes longer than a fast server's answer, and asking ahead of the
+grades asked 18 HumanEval problems where the sequence had decided after 4 (concurrency 1, two sandboxes).
 """
 
 from __future__ import annotations
@@ -159,7 +163,10 @@ def _ask(study: Study, work, q: Questions, log: Callable[[str], None]) -> tuple[
         elif pool is None:
             graded(outcome.index, outcome.answer)
         else:
-            pending[pool.submit(graded, outcome.index, outcome.answer)] = outcome
+            future = pool.submit(graded, outcome.index, outcome.answer)
+            pending[future] = outcome
+            if live is not None:  # the sequence decides on grades: the next question waits for this one's
+                wait([future])
 
     before = study.endpoint.metrics()
     cpu0, t0 = time.process_time(), time.perf_counter()

@@ -10,15 +10,24 @@ from .compare import BatchSpeed, Paired, needed_text
 
 def coverage(asked_for: int, graded: int, work, what: str = "questions", figures: str = "the speed figures"
              ) -> list[Finding]:
-    """What the scores leave out (answers never graded) and what they took from an earlier run (`work.reused`)."""
-    notes = []
-    if asked_for > graded:
+    """What the scores leave out (answers never graded, or never asked once a sequential run's sequence decided)
+    and what they took from an earlier run (`work.reused`)."""
+    live = getattr(work, "live", None)
+    notes = [_stopped(live.sequence, asked_for - graded, what)] if live and live.decided else []
+    if asked_for > graded and not notes:
         notes.append(warning(f"{asked_for - graded} of the {asked_for} {what} have no graded answer (stopped or "
                              "failed); the scores cover the graded ones only. Finish with resume_from."))
     if work.reused:
         notes.append(info(f"{len(work.reused)} graded answer(s) were reused from run {work.resumed.id}; only the "
                           f"others were asked, and only those count in {figures}."))
     return notes
+
+
+def _stopped(sequence, left: int, what: str) -> Finding:
+    """A sequential run that stopped on its sequence: the rest unasked on purpose, a fact and not a doubt (a
+    warning would caveat the very row the sequence decides)."""
+    return info(f"The confidence sequence stopped after {sequence.n} {what} ({sequence.reason})"
+                + (f": the other {left} were not asked, on purpose." if left > 0 else "."))
 
 
 def batch_findings(b: Batch, aside: str = "", cached: str = "") -> list[Finding]:

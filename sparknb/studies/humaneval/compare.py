@@ -7,6 +7,7 @@ data holds, the comparison says so instead of suggesting a run that cannot be ma
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -14,8 +15,10 @@ from ...errors import DataError
 from ..batch.ask import Batch
 from ..batch.compare import Paired, batch_speed, comparison_markdown, needed_text, paired
 from .grading import frame
-from .plan import Work
 from .traps import traps
+
+if TYPE_CHECKING:  # the plan reads the other run's verdicts here
+    from .plan import Work
 
 __all__ = ["Comparison", "compare", "comparison_markdown", "needed_text", "passes"]
 

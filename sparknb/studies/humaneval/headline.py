@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-from ...verdicts import stats
+from ...verdicts import sequential, stats
 from ...verdicts.verdict import Row, Runs, caveats
+from ..batch import sequence
 from .compare import passes
 from .plan import Plan
+
 HALF_WIDTH = 0.05  # +/- 5 points: a reader's usual wish, and already near what 164 problems allow
 
 
@@ -22,9 +24,14 @@ def headline_rows(runs: Runs) -> list[Row]:
     rows = [Row("humaneval", "pass@1 % (first answers)", {s: 100 * a.estimate for s, a in rates.items()},
                 {s: len(v) for s, v in verdicts.items()}, role="context", better="none",
                 note="; ".join(f"{s} {a.points()} of {len(verdicts[s])} (Wilson)" for s, a in rates.items()))]
-    differences, n, needed, notes = {}, {}, {}, []
+    differences, n, needed, notes, sequences = {}, {}, {}, [], {}
     for s, v in verdicts.items():
         if s == base:
+            continue
+        held = sequence.held(mine[base], mine[s], verdicts[base], v, Plan)
+        if held is not None:  # asked in the base run's order and stopped when decided
+            differences[s], n[s], needed[s], sequences[s] = held
+            notes.append(f"{s}: {sequential.told(held[3])}")
             continue
         common = [p for p in verdicts[base] if p in v]
         if not common:
@@ -46,5 +53,5 @@ def headline_rows(runs: Runs) -> list[Row]:
     if differences:
         rows.append(Row("humaneval", "paired difference in pass@1 (points)", {s: None for s in verdicts}, n,
                         differences, kind="difference", caveats=doubts, needed=needed, note="; ".join(notes),
-                        not_comparable=Plan.same({s: mine[s] for s in verdicts})))
+                        not_comparable=Plan.same({s: mine[s] for s in verdicts}), sequences=sequences))
     return rows

@@ -20,6 +20,9 @@ from ...errors import DataError, ParamsError
 from ...runs import plan
 from ...runs.plan import COMPARED, IGNORED, RESUMED
 from ...runs.run import PastRun
+from ...verdicts import sequential
+from ..batch.sequence import Sequential, live, ordered
+from .compare import passes
 from .data import Dataset, Problem, load, select
 from .grading import is_graded
 from .prompt import chat, completion
@@ -27,8 +30,10 @@ from .prompt import chat, completion
 NOTEBOOK = "humaneval"
 
 
-class Plan(plan.Plan):
+class Plan(Sequential):
     study: ClassVar[str] = NOTEBOOK
+    drawn: ClassVar[str] = "problem_ids"
+    unit: ClassVar[str] = "problems"
     recorded: ClassVar = {"dataset_name": (RESUMED,), "dataset_sha256": (COMPARED, RESUMED),
                           "dataset_source": (IGNORED,), "problem_ids": (IGNORED,), "sandbox": (IGNORED,)}
     suite: str = Field("", description="a JSONL file of your own problems (task_id, prompt, entry_point, test), "
@@ -72,6 +77,14 @@ class Plan(plan.Plan):
                              "times; set a temperature above 0 (e.g. 0.8) for pass@k, or samples=1")
         return self
 
+    @model_validator(mode="after")
+    def _sequential_on_first_answers(self) -> Plan:
+        if self.sequential and self.samples > 1:
+            raise ValueError(f"sequential compares first answers, one per problem, and stops when decided; "
+                             f"samples={self.samples} asks pass@{self.samples} of every problem: set samples=1, or "
+                             "sequential=false")
+        return self
+
     def limits(self) -> sb.Limits:
         return sb.Limits(wall_s=self.timeout_s, cpu_s=max(1, int(self.timeout_s + 0.999)), memory_mb=self.memory_mb)
 
@@ -90,14 +103,17 @@ class Work(plan.Prepared):
     sandbox: sb.Sandbox
     reused: list[dict] = field(default_factory=list)
     longest: tuple[str, int] | None = None  # (problem, tokens) of the longest prompt to ask, once measured
+    live: sequential.Live | None = None  # a sequential run against compare_with: stops the batch once decided
 
     @property
     def ids(self) -> list[str]:
         return [p.id for p in self.problems]
 
     def items(self) -> list[Item]:
-        """Every answer to ask for: each problem's samples, sample 0 of every problem first."""
-        return [(p, s) for s in range(self.plan.samples) for p in self.problems]
+        """Every answer to ask for: each problem's samples, sample 0 of every problem first; a sequential run's
+        problems in its seeded order (against compare_with, that run's), up to its budget."""
+        problems = ordered(self.plan, self.problems, lambda p: p.id, self.live)
+        return [(p, s) for s in range(self.plan.samples) for p in problems]
 
     def todo(self) -> list[Item]:
         done = {(str(r["problem"]), int(r.get("sample", 0))) for r in self.reused}
@@ -150,12 +166,14 @@ def prepare(plan: Plan, model: str, dataset: Dataset | None = None) -> Work:
         work.reused = _reusable(plan.resumed, work)
     if plan.other is not None:
         _check_comparable(plan.other, work)
+    if plan.sequential and plan.other is not None:
+        work.live = live(plan, passes(plan.other.records), work.reused, "problem", "passed")
     return work
 
 
 def _reusable(past: PastRun, work: Work) -> list[dict]:
     work.plan.check_resume(past, work.settings())
-    wanted = {(p.id, s) for p, s in work.items()}
+    wanted = {(p.id, s) for s in range(work.plan.samples) for p in work.problems}  # before any order is known
     done = {(str(r["problem"]), int(r.get("sample", 0))): r for r in past.records if is_graded(r)}
     return [r for key, r in done.items() if key in wanted]
 
@@ -172,6 +190,6 @@ def _check_comparable(other: PastRun, work: Work) -> None:
                         f"{work.dataset.sha256}): the same ids may not be the same problems.")
     graded = {str(r["problem"]) for r in other.records if is_graded(r) and int(r.get("sample", 0)) == 0}
     missing = ours - graded
-    if missing:
+    if missing and not work.plan.sequential:  # a sequential run asks only what the other answered, in its order
         raise DataError(f"compare_with {other.id} has no graded answer to {len(missing)} of the {len(ours)} problems. "
                         f"Finish it first: run it again with resume_from={other.id!r}.")

@@ -31,7 +31,7 @@ def findings(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, batch: Ba
                           "scripts would have scored them as random guesses)."))
         notes += [Finding(level, text) for text in rule_sets.sentences(t.harness)]
         notes.append(info(said(work.plan.prompt_format)))
-    notes += coverage(len(work.questions), len(df), work)
+    notes += coverage(len(work.in_order()), len(df), work)
     for note in work.dataset.notes:  # questions that are not MMLU-Pro's are marked first, never passed off as it
         if note.startswith("NOT MMLU-Pro"):
             notes.insert(0, Finding("marked", note))

@@ -13,6 +13,7 @@ from ...runs.run import PastRun
 from ...verdicts import sequential, stats
 from ...verdicts.verdict import Row, Runs, caveats, median_row
 from .. import registry
+from ..batch import sequence
 from .grading import frame
 from .plan import Plan
 
@@ -42,10 +43,10 @@ def headline_rows(runs: Runs) -> list[Row]:
     for s, g in graded.items():
         if s == base:
             continue
-        if sequential.design_of(mine[s].settings, len(graded[base])):
-            differences[s], n[s], needed[s], sequences[s] = sequential.from_runs(
-                mine[base], mine[s], graded[base]["correct"], g["correct"])
-            notes.append(f"{s}: {sequential.told(sequences[s])}")
+        held = sequence.held(mine[base], mine[s], graded[base]["correct"], g["correct"], Plan)
+        if held is not None:
+            differences[s], n[s], needed[s], sequences[s] = held
+            notes.append(f"{s}: {sequential.told(held[3])}")
             continue
         common = [q for q in graded[base].index if q in g.index]
         if not common:

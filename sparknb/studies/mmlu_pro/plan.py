@@ -20,6 +20,7 @@ from ...runs import plan
 from ...runs.plan import COMPARED, IGNORED, RESUMED
 from ...runs.run import PastRun
 from ...verdicts import sequential
+from ..batch.sequence import Sequential, live, ordered
 from .data import Dataset, Question, draw, load, load_suite
 from .grading import answered, frame
 from .prompt import messages
@@ -27,7 +28,7 @@ from .prompt import messages
 NOTEBOOK = "mmlu_pro"
 
 
-class Plan(plan.Plan):
+class Plan(Sequential):
     study: ClassVar[str] = NOTEBOOK
     recorded: ClassVar = {"dataset_name": (COMPARED, RESUMED), "dataset_source": (IGNORED,), "questions": (IGNORED,)}
     dataset: Annotated[str, IGNORED] = Field(
@@ -35,7 +36,7 @@ class Plan(plan.Plan):
         'where it can be had, else the demo questions shipped with sparknb (not MMLU-Pro, and named so)')
     per_category: int = Field(20, ge=0, description="questions drawn per category, 0 or more; 0 asks the whole "
                               "test split")
-    seed: int = Field(0, description="seed of the draw, a whole number")
+    seed: int = Field(0, description="seed of the draw and of a sequential run's order, a whole number")
     shots: Annotated[int, COMPARED, RESUMED] = Field(5, ge=0, le=5, description="worked examples per prompt, 0 to 5: "
                                                      "the validation split has 5 per category")
     suite: str = Field("", description="a JSONL file of your own questions, or empty for MMLU-Pro")
@@ -56,12 +57,6 @@ class Plan(plan.Plan):
                                                   "questions")
     target_half_width: Annotated[float, IGNORED] = Field(0.02, gt=0, lt=1, description="a fraction, e.g. 0.02 for 2 "
                                                          "points")
-    sequential: Annotated[bool, IGNORED] = Field(False, description="true: questions in a seeded random order, and "
-                                                 "with compare_with, stop as soon as the paired difference is decided")
-    margin: Annotated[float, IGNORED] = Field(0.03, gt=0, lt=1, description="a fraction, e.g. 0.03 for 3 points: a "
-                                              "sequential run calls a smaller difference equivalent")
-    budget: Annotated[int, IGNORED] = Field(0, ge=0, description="the most questions a sequential run asks, 0 or "
-                                            "more; 0 asks them all")
 
 
 @dataclass
@@ -93,11 +88,7 @@ class Work(plan.Prepared):
         return [q for q in self.in_order() if q.id not in reused]
 
     def in_order(self) -> list[Question]:
-        if not self.plan.sequential:
-            return self.questions
-        by_id = {q.id: q for q in self.questions}
-        ids = self.live.ids if self.live else sequential.order(self.ids, self.plan.seed)
-        return [by_id[q] for q in ids[: self.plan.budget or None]]
+        return ordered(self.plan, self.questions, lambda q: q.id, self.live)
 
     def settings(self) -> dict:
         """What params.json records: the parameters, the data's identity, and the questions drawn."""
@@ -153,19 +144,14 @@ def prepare(plan: Plan, model: str, dataset: Dataset | None = None) -> Work:
     if plan.other is not None:
         _check_comparable(plan.other, work)
     if plan.sequential and plan.other is not None:
-        work.live = _live(plan.other, work)
+        work.live = live(plan, right(plan.other), work.reused, "question_id", "correct")
     return work
 
 
-def _live(other: PastRun, work: Work) -> sequential.Live:
-    """The sequence against compare_with, in its order, fed first with the answers reused from resume_from."""
-    graded = frame(other.records, tuple(other.settings.get("stop") or ())).set_index("question_id")["correct"]
-    right = {str(q): bool(c) for q, c in graded.items()}
-    ids = sequential.a_order(other, right)
-    live = sequential.Live(ids, right, sequential.design_of(work.plan.model_dump(), len(ids)))
-    for r in work.reused:
-        live.add(r["question_id"], r["correct"])
-    return live
+def right(run: PastRun) -> dict[str, bool]:
+    """Each question a run answered: right or not, graded afresh by this code."""
+    graded = frame(run.records, tuple(run.settings.get("stop") or ())).set_index("question_id")["correct"]
+    return {str(q): bool(c) for q, c in graded.items()}
 
 
 def _reusable(past: PastRun, work: Work) -> list[dict]:
