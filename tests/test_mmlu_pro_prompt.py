@@ -3,11 +3,10 @@ task files (pointed at local parquet files in MMLU-Pro's schema) build the chat 
 (few-shot as multi-turn, its default there) through its local-chat-completions model, and sparknb's messages for the
 same questions equal them, 0-shot and 5-shot. sparknb's own format differs from it, on purpose and said so."""
 
-import importlib.resources
 import json
-import logging
 from pathlib import Path
 
+import harnesses
 import pandas as pd
 import pytest
 from test_mmlu_pro_data import SHARED
@@ -43,37 +42,9 @@ def _write(folder: Path) -> Path:
     return folder
 
 
-def lm_eval_requests(folder: Path, categories, shots: int, per_category: int, cache: Path) -> dict[str, list[dict]]:
-    """lm-eval's own chat messages for the first `per_category` test questions of each category: its installed task
-    files with only the data's location changed (a task file that includes the installed one), its TaskManager, and
-    the chat template hook of its local-chat-completions model (no request is sent)."""
-    from lm_eval.models.openai_completions import LocalChatCompletion
-    from lm_eval.tasks import TaskManager
-
-    logging.getLogger("lm_eval").setLevel(logging.ERROR)
-    installed = importlib.resources.files("lm_eval") / "tasks" / "mmlu_pro"
-    files = {split: str(folder / name) for split, name in m.FILES.items()}
-    paths = []
-    for category in categories:
-        name = f"mmlu_pro_{category.replace(' ', '_')}"
-        path = cache / f"{name}.yaml"
-        path.write_text(json.dumps({"include": str(installed / f"{name}.yaml"), "task": name, "dataset_path": "parquet",
-                                    "dataset_kwargs": {"data_files": files, "cache_dir": str(cache / "datasets")}}))
-        paths.append(str(path))
-    model = LocalChatCompletion(base_url="http://127.0.0.1:9/v1/chat/completions", model="any")
-    out = {}
-    for task in TaskManager(include_defaults=False).load(paths)["tasks"].values():
-        task.set_config(key="num_fewshot", value=shots)
-        task.build_all_requests(limit=per_category, rank=0, world_size=1, apply_chat_template=True,
-                                fewshot_as_multiturn=True, chat_template=model.apply_chat_template, tokenizer_name="")
-        assert task.config.generation_kwargs["until"] == ["Question:"]  # what the lm-eval rule set cuts at
-        out |= {str(i.doc["question_id"]): json.loads(i.args[0].prompt) for i in task.instances}
-    return out
-
-
 def _compare(folder: Path, categories, shots: int, per_category: int, cache: Path) -> int:
     d = m.load(str(folder))
-    theirs = lm_eval_requests(folder, categories, shots, per_category, cache)
+    theirs = harnesses.requests(harnesses.mmlu_pro_files(folder, categories, cache), shots, per_category)
     by_id = {q.id: q for q in d.test}
     for qid, messages in theirs.items():
         q = by_id[qid]

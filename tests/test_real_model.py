@@ -187,7 +187,8 @@ def test_mmlu_pro_real_answers_graded_under_every_rule_set_and_lm_evals_own_extr
     from lm_eval.filters.extraction import RegexFilter
     from lm_eval.filters.selection import TakeFirstFilter
 
-    from sparknb.studies.batch.rule_sets import RULE_SETS, visible
+    from sparknb.studies.batch.rule_sets import visible
+    from sparknb.studies.mmlu_pro.rule_sets import RULE_SETS
 
     demo = Path(__import__("sparknb").__file__).parent / "data" / "demo_questions.jsonl"
     suite = tmp_path / "questions.jsonl"
@@ -200,7 +201,7 @@ def test_mmlu_pro_real_answers_graded_under_every_rule_set_and_lm_evals_own_extr
     theirs = RegexFilter(regex_pattern=r"answer is \(?([ABCDEFGHIJ])\)?")
     for r in records:
         (letter,) = TakeFirstFilter().apply(theirs.apply([[visible(r, ("Question:",))[0]]], [{}]), [{}])
-        assert (RULE_SETS["lm-eval"].grade(r).letter or "[invalid]") == letter
+        assert (RULE_SETS["lm-eval"].grade(r).answer or "[invalid]") == letter
     harness = json.loads((folder / "summary.json").read_text())["traps"]["harness"]
     assert set(harness["sets"]) == {"lm-eval", "reference", "robust"} and harness["n"] == 3
 

@@ -6,10 +6,12 @@ import pandas as pd
 
 from ... import sandbox as sb
 from ...runs.report import Finding, as_records, duration, info, warning
+from ..batch import rule_sets
 from ..batch.findings import batch_findings, comparison_findings, coverage
 from .compare import Comparison
 from .measure import Asked, Cost
 from .plan import Work
+from .rule_sets import said
 from .scores import Scores
 from .traps import Traps
 
@@ -25,6 +27,9 @@ def findings(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, asked: As
         notes.append(info(f"{s.no_code} answer(s) had no code and {s.cut} were cut short; both count as failed, "
                           "apart from the wrong ones. A vendor's figure comes from its own prompt and sampling: "
                           "compare runs measured alike, not a run with a model card."))
+        notes += [Finding(level, text) for text in rule_sets.sentences(t.harness)]
+        if t.harness:
+            notes.append(info(said(work.plan.style)))
     notes += coverage(len(work.items()), len(df), work, "answers asked for", "the speed and cost figures")
     if asked is not None:
         notes.append(_cost(asked.cost))

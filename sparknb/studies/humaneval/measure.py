@@ -20,6 +20,7 @@ from ..batch.ask import ask as ask_all
 from .data import Problem
 from .grading import Grade, frame, grade
 from .plan import Item, Plan, Work
+from . import rule_sets
 from .prompt import chat, completion
 
 
@@ -62,9 +63,12 @@ def _request(problem: Problem, plan: Plan) -> stream.Call:
                                   ignore_eos=False, stop=stop)
 
 
-def _record(problem: Problem, sample: int, done: Completion, g: Grade | None, order: int) -> dict:
+def _record(problem: Problem, sample: int, done: Completion, g: Grade | None, order: int, sets: dict | None = None
+            ) -> dict:
     timing = {k: v for k, v in done.as_dict().items() if k not in ("chunk_times", "chunk_tokens", "text", "reasoning")}
     verdict = g.as_dict() if g is not None else {"reason": None, "passed": None, "detail": "not graded: the run stopped"}
+    if sets is not None:
+        verdict["rule_sets"] = sets
     return {"problem": problem.id, "sample": sample, "order": order, "text": done.text, "reasoning": done.reasoning,
             **verdict, **timing}
 
@@ -76,7 +80,7 @@ def questions(work: Work) -> Questions:
     def graded(item: Item, done: Completion, order: int) -> dict:
         problem, sample = item
         g = grade(problem, plan.style, done.text, done.finish_reason, plan.stop, work.sandbox)
-        return _record(problem, sample, done, g, order)
+        return _record(problem, sample, done, g, order, rule_sets.run(problem, done.text, g, work.sandbox))
 
     return Questions(work.todo(), lambda item: _request(item[0], plan), graded,
                      lambda item: {"problem": item[0].id, "sample": item[1]}, "passed", "passed",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..batch import traps as batch
+from ..batch import rule_sets, traps as batch
 from ..batch.traps import CUT_BY_STOP, HIT_MAX_TOKENS, LOOPED, examples_markdown, verdict_markdown
 from .grading import NO_CODE, SUSPECT, is_graded
+from .rule_sets import HARNESS, graded
 
 __all__ = ["Traps", "examples_markdown", "traps", "verdict_markdown"]
 
@@ -17,6 +18,7 @@ class Traps(batch.Traps):
     """What the raw answers say about whether the score can be believed."""
 
     cut_after: int = 0  # completion-style answers cut after generation at a classic stop string
+    harness: dict = field(default_factory=dict)  # the answers graded under every rule set (rule_sets.HARNESS)
 
     NOTHING = "No answer was graded, so nothing can be judged."
     SCORE = "score below is"
@@ -52,7 +54,9 @@ def traps(records: Sequence[dict], stop: Sequence[str] = (), share_limit: float 
     examples."""
     count = batch.Count({CUT_BY_STOP: 0, HIT_MAX_TOKENS: 0, LOOPED: 0, NO_CODE: 0, SUSPECT: 0}, n_examples)
     cut_after = 0
-    for r in filter(is_graded, records):
+    answers = list(filter(is_graded, records))
+    for r in answers:
         cut_after += "cut after generation" in (r.get("how") or "")
         count.add(r, r.get("flag") or (SUSPECT if r.get("suspect") else None), problem=str(r["problem"]))
-    return Traps(count.n, count.counts, share_limit, tuple(stop), count.examples, cut_after)
+    return Traps(count.n, count.counts, share_limit, tuple(stop), count.examples, cut_after,
+                 rule_sets.effect(graded(answers), HARNESS))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from ..batch import rule_sets, traps as batch
 from ..batch.traps import CUT_BY_STOP, HIT_MAX_TOKENS, LOOPED, examples_markdown, verdict_markdown
 from .grading import NO_ANSWER_LINE, grade, is_answer
+from .rule_sets import HARNESS
 
 __all__ = ["Traps", "examples_markdown", "traps", "verdict_markdown"]
 
@@ -21,7 +22,7 @@ class Traps(batch.Traps):
     first_last_differ: int = 0  # answers whose first and last match name different letters
     differ_right_last: int = 0  # of those, right as graded here (last match)
     differ_right_first: int = 0  # of those, right as the reference scripts grade (first match)
-    harness: dict = field(default_factory=dict)  # the answers graded under every rule set (batch.rule_sets.effect)
+    harness: dict = field(default_factory=dict)  # the answers graded under every rule set (rule_sets.HARNESS)
 
     def more(self) -> str:
         return f" {self.unparsed} answer(s) could not be parsed and count as wrong."
@@ -57,4 +58,4 @@ def traps(records: Sequence[dict], stop: Sequence[str] = (), share_limit: float 
             right_last += g.pred == r["answer"]
             right_first += g.first == r["answer"]
     return Traps(count.n, count.counts, share_limit, tuple(stop), count.examples, unparsed, differ, right_last,
-                 right_first, rule_sets.effect(answers))
+                 right_first, rule_sets.effect(answers, HARNESS))
