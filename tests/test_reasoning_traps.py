@@ -15,7 +15,7 @@ import threading
 from support import FakeHandler, run_notebook, serve
 
 from sparknb.runs.run import read_records, verify
-from sparknb.studies.batch import rule_sets as rs
+from sparknb.studies.mmlu_pro import rule_sets as rs
 from sparknb.studies.batch.traps import CUT_BY_STOP, HIT_MAX_TOKENS
 from sparknb.studies.mmlu_pro.grading import NO_ANSWER_LINE
 
@@ -102,7 +102,7 @@ def suite(tmp_path):
     """One question per replay. Every answer the thinking ate is wrong under every rule set but `reference`, whose
     seeded random guess stands in for a missing answer: each such question's right letter is that guess, so the
     three sets grade it differently and the harness effect must say why."""
-    guess = rs.RULE_SETS["reference"].pick
+    guess = rs.reference  # the reference set's pick: its seeded guess where nothing matches
     lines = []
     for name in REPLAYS:
         answer = "B" if name.startswith("restates") else guess("", name, 10)[0]

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ...stats import Interval, Pairs, accuracy, paired_difference
+from ...verdicts.stats import Interval, Pairs, accuracy, paired_difference
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def _lm_eval(text: str, qid: str, options: int) -> tuple[str | None, str]:
     return (found.group(1), "first 'answer is'") if found else (None, "no 'answer is': invalid")
 
 
-def _reference(text: str, qid: str, options: int) -> tuple[str | None, str]:
+def reference(text: str, qid: str, options: int) -> tuple[str | None, str]:
     for how, pattern in (("first 'answer is'", ANSWER_IS), ("'Answer:'", ANSWER_COLON)):
         found = pattern.search(text)
         if found:
@@ -71,7 +71,7 @@ RULE_SETS = {
     "lm-eval": _set("lm-eval", "lm-evaluation-harness mmlu_pro (stop 'Question:', first match, no match wrong)",
                     LM_EVAL_STOP, _lm_eval),
     "reference": _set("reference", "MMLU-Pro's evaluate_from_api.py (two fallbacks, then a random guess)", (),
-                      _reference),
+                      reference),
     "robust": _set("robust", "sparknb (no stop string, last match, no match wrong)", (), _robust),
 }
 LEAD = "robust"
