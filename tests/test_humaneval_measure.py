@@ -38,17 +38,18 @@ class FakeCoder(FakeHandler):
     default: str | None = None
     reasoning = ""
     fail_on = "NEVER"
+    served = "tiny-dense"  # the model it says it serves
     bodies: dict
     seen: dict
 
     def do_GET(self):
         cls = type(self)
         if self.path == "/v1/models":
-            return self.send_body(200, json.dumps({"data": [{"id": "tiny-dense", "root": "fake",
+            return self.send_body(200, json.dumps({"data": [{"id": cls.served, "root": "fake",
                                                              "max_model_len": 100_000}]}))
         if self.path == "/version":
             return self.send_body(200, '{"version": "fake"}')
-        label = '{model_name="tiny-dense"}'
+        label = f'{{model_name="{cls.served}"}}'
         self.send_body(200, f"vllm:num_requests_running{label} 0\nvllm:num_requests_waiting{label} 0\n"
                             f"vllm:e2e_request_latency_seconds_count{label} {cls.asked}\n"
                             f"vllm:e2e_request_latency_seconds_sum{label} {cls.asked * 0.1}\n"
@@ -100,7 +101,7 @@ class FakeCoder(FakeHandler):
         self.wfile.write(b"data: [DONE]\n\n")
 
     def _chunk(self, choices, usage=None):
-        self.event({"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "tiny-dense",
+        self.event({"id": "x", "object": "chat.completion.chunk", "created": 0, "model": type(self).served,
                     "choices": choices, "usage": usage})
 
 

@@ -3,6 +3,8 @@ outcome (B better, B worse, equivalent within the margin, cannot tell at the bud
 tell, and the margin 164 problems can never tell), the order that of A's seeded draw, and a run interrupted
 halfway; then asked for real, through the real sandbox, stopping when decided and resuming where it stopped."""
 
+import json
+
 import pytest
 from test_humaneval_measure import WRONG, fake_coder, finish, open_study, quiet, work_on
 from test_sequential_verdict import paired_row, sealed
@@ -138,7 +140,63 @@ def test_b_asked_in_as_order_stops_once_decided_and_resumes_where_it_stopped(tmp
     assert held["outcome"] == "worse" and held["stopped_at"] < 30  # every answer fails where A's passed
     assert handler.asked == held["stopped_at"] - 6  # only the rest, one at a time: none past the decision
     assert held["path"] == [list(p) for p in sequential.PairedSequence.replay([(True, False)] * held["stopped_at"]).path]
-    stopped = [f for f in summary["findings"] if "confidence sequence stopped" in f["text"]]
+    stopped = [f for f in summary["findings"] if f["text"].startswith(f"The confidence sequence stopped after "
+                                                                        f"{held['stopped_at']} problems")]
     assert [f["level"] for f in stopped] == ["info"]
     assert not any("no graded answer" in f["text"] for f in summary["findings"])  # no warning: it stopped on purpose
     assert summary["answers_asked_for"] == 164 and verify(study.run.path) == []
+
+
+def test_a_campaign_plans_humaneval_sequentially_and_says_what_it_saved(tmp_path):
+    from sparknb.boxes.campaign import against, plan
+    from sparknb.runs.params import load_campaign
+    from sparknb.studies.compare import saved
+
+    file = tmp_path / "c.yaml"
+    file.write_text("name: c\nmodels: [tiny-dense, tiny-moe]\nstudies:\n  humaneval: {sequential: true, margin: 0.05, "
+                    "budget: 100, limit: 40}\n")
+    campaign = load_campaign(str(file))
+    first, later = plan(campaign)  # the notebook's parameters: checked before any cell runs
+    outputs = tmp_path / "outputs"
+    a = humaneval_run(outputs, "tiny-dense", half)
+    b = humaneval_run(outputs, "tiny-moe", lambda p: p % 2 == 0 or p % 3 == 0, sequential=later.parameters)
+    record = Run.create("campaigns", {"notebook": "campaigns", "cells": []}, outputs=outputs, label="c")
+    assert against(later, campaign, record) == later  # the first model's run not done yet: nothing to run against
+    record.record({"cell": first.key, "status": "done", "run": str(a.path)})
+    assert against(first, campaign, record) == first
+    assert against(later, campaign, record).parameters == later.parameters | {"compare_with": str(a.path)}
+    record.record({"cell": later.key, "status": "done", "run": str(b.path)})
+    line, swaps = saved(record.id, outputs)
+    s = paired_row(outputs, a, b)[1].sequences["tiny-moe"]
+    assert line == f"humaneval, tiny-moe against tiny-dense: {sequential.told(s)}"
+    assert f"stopped after {s['questions']} of 100 problems" in line and f"{100 - s['questions']} problems saved" in line
+    assert swaps.startswith("swaps: none saved")
+
+
+def test_the_notebook_and_the_comparison_report_draw_the_sequence_stopping_as_chromium_shows_them(tmp_path):
+    from browser import DECODED_IMAGES, chromium, images_not_blank, open_page
+
+    from sparknb.runs.execute import run_notebook
+
+    outputs, small = tmp_path / "outputs", {"limit": 40, "sequential": True, "seed": 1, "concurrency": 2}
+    for _, url in fake_coder():  # A passes all 40; B, asked in A's order, fails every one
+        a = run_notebook("humaneval", small | {"model": "tiny-dense", "endpoint": url}, outputs=outputs)
+    for handler, url in fake_coder(default=WRONG, served="tiny-moe"):
+        b = run_notebook("humaneval", small | {"model": "tiny-moe", "endpoint": url, "compare_with": str(a)},
+                         outputs=outputs)
+    held = json.loads((b / "summary.json").read_text())["sequential"]
+    assert held["outcome"] == "worse" and held["stopped_at"] <= handler.asked <= held["stopped_at"] + 1 < 40
+    report = run_notebook("compare", {"runs": [str(a), str(b)]}, outputs=outputs)
+    with chromium() as browser:
+        for folder in (b, report):
+            page = open_page(browser, allowed=("file:", "data:"))
+            try:
+                page.goto((folder / "report.html").as_uri(), wait_until="load")
+                text, images = page.inner_text("body"), page.evaluate(DECODED_IMAGES, "body")
+                drawn = images_not_blank(page, "body")
+            finally:
+                page.close()
+            assert f"stopped after {held['stopped_at']} of 40 problems" in text and "the sequence lies below 0" in text
+            assert images >= 1 and all(drawn) and page.requests.foreign() == []
+    assert "HumanEval: tiny-dense is ahead" in text  # the comparison's verdict, decided by the sequence
+    assert verify(b) == [] and verify(report) == []

@@ -399,7 +399,7 @@ def plot(seq: Mapping, title: str, subject: str, base: str):
     k = min(len(n) - 1, 20)  # the first answers' sequence spans +/-100 points: scale to where it has narrowed
     span = min(100.0, max([3 * margin] + ([100 * abs(low[k]), 100 * abs(high[k])] if n else [])))
     ax.set_ylim(-span, span)
-    ax.set_xlabel("questions answered by both, in the first run's order")
+    ax.set_xlabel(f"{seq.get('unit', 'questions')} answered by both, in the first run's order")
     ax.set_ylabel(f"{subject} minus {base} (points)")
     ax.set_title(f"{title}, sequential", fontsize=10)
     ax.legend(fontsize=8, loc="upper right")

@@ -13,7 +13,7 @@ def coverage(asked_for: int, graded: int, work, what: str = "questions", figures
     """What the scores leave out (answers never graded, or never asked once a sequential run's sequence decided)
     and what they took from an earlier run (`work.reused`)."""
     live = getattr(work, "live", None)
-    notes = [_stopped(live.sequence, asked_for - graded, what)] if live and live.decided else []
+    notes = [_stopped(live.sequence, asked_for - graded, type(work.plan).unit)] if live and live.decided else []
     if asked_for > graded and not notes:
         notes.append(warning(f"{asked_for - graded} of the {asked_for} {what} have no graded answer (stopped or "
                              "failed); the scores cover the graded ones only. Finish with resume_from."))
@@ -23,11 +23,11 @@ def coverage(asked_for: int, graded: int, work, what: str = "questions", figures
     return notes
 
 
-def _stopped(sequence, left: int, what: str) -> Finding:
+def _stopped(sequence, left: int, unit: str) -> Finding:
     """A sequential run that stopped on its sequence: the rest unasked on purpose, a fact and not a doubt (a
     warning would caveat the very row the sequence decides)."""
-    return info(f"The confidence sequence stopped after {sequence.n} {what} ({sequence.reason})"
-                + (f": the other {left} were not asked, on purpose." if left > 0 else "."))
+    return info(f"The confidence sequence stopped after {sequence.n} {unit} ({sequence.reason})"
+                + (f"; {left} were not asked, on purpose." if left > 0 else "."))
 
 
 def batch_findings(b: Batch, aside: str = "", cached: str = "") -> list[Finding]:
