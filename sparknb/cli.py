@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sparknb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_serve = sub.add_parser("serve", help="start a test-bed model: a tiny one on the real vLLM CPU server or "
-                             "llama-server, or the real SmolLM2-135M (smollm2*, llama-server only)")
+                             "llama-server, or the real SmolLM2-135M (smollm2 on either; its speculative servings on llama-server only)")
     p_serve.add_argument("name", choices=["tiny-dense", "tiny-moe", "smollm2", "smollm2-draft", "smollm2-ngram"])
     p_serve.add_argument("--engine", choices=TESTBED_ENGINES, default=TESTBED_ENGINES[0],
                          help="vLLM's CPU build (default), or llama.cpp's llama-server (built once if none is found)")
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             from .serving import testbed
 
-            model = load_model(args.name if args.engine == TESTBED_ENGINES[0] else f"{args.name}-llamacpp")
+            model = load_model(testbed.params_name(args.name, args.engine))
             testbed.serve_forever(args.name, urlsplit(model.endpoint).port, api_key=model.api_key(),
                                   engine=args.engine)
         elif args.command == "model":

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from ..errors import BuildError, LifecycleError
 from ..runs.params import ModelParams
-from . import gguf_models, llama_server, real_models, tiny_models
+from . import dequantized, gguf_models, llama_server, real_models, tiny_models
 from .processes import HOST, free_port
 
 
@@ -53,7 +53,8 @@ def testbed_target(name: str, port: int, *, engine: str = "vllm", api_key: str |
                    ready_timeout_s: float = 900, extra_args: tuple[str, ...] = (), cpus: str | None = None,
                    compile_cache: Path | None = None, env: dict[str, str] | None = None, prompt_cache: bool = False,
                    binary: str | os.PathLike | None = None) -> Target:
-    """A tiny test-bed model on this machine, served by vLLM's CPU build or by llama.cpp's llama-server.
+    """A test-bed model on this machine, served by vLLM's CPU build or by llama.cpp's llama-server: a tiny one, or
+    the real SmolLM2 (its GGUF as shipped on llama-server, the checkpoint written from it on vLLM: dequantized).
 
     vLLM: each model has a compile cache of its own, so no two servers write the same files.
     llama.cpp: the model's GGUF form; ready when /health answers 200 (503 while it loads); the
@@ -67,19 +68,35 @@ def testbed_target(name: str, port: int, *, engine: str = "vllm", api_key: str |
             raise BuildError(llama_server.missing_reason())
         command = real_models.server_command if name in real_models.NAMES else gguf_models.server_command
         start = command(name, port, found.path, prompt_cache=prompt_cache, extra_args=extra_args)
-        served = real_models.SERVED if name in real_models.NAMES else name
-        return Target(name=name, served_model_name=served, mode="testbed", endpoint=endpoint,
+        return Target(name=name, served_model_name=_served(name), mode="testbed", endpoint=endpoint,
                       ready_url=f"http://{HOST}:{port}/health", ready_timeout_s=ready_timeout_s, start=tuple(start),
                       env=dict(env or {}), api_key=api_key, engine=engine, binary=f"{found.path} ({found.origin})")
     if engine != "vllm":
         raise LifecycleError(f"unknown test-bed engine {engine!r}; choose vllm or llama.cpp")
-    if name in real_models.NAMES:
-        raise LifecycleError(f"{name} is served by llama-server only (its GGUF as shipped): use engine llama.cpp")
     cache = compile_cache or tiny_models.compile_cache(name)
-    return Target(name=name, served_model_name=name, mode="testbed", endpoint=endpoint, ready_url=f"{endpoint}/models",
-                  ready_timeout_s=ready_timeout_s, start=tuple(tiny_models.server_command(name, port, extra_args)),
+    return Target(name=name, served_model_name=_served(name), mode="testbed", endpoint=endpoint,
+                  ready_url=f"{endpoint}/models", ready_timeout_s=ready_timeout_s, start=tuple(_vllm(name, port, extra_args)),
                   compile_cache=cache, env=_with_defaults({**(env or {}), **tiny_models.server_env(cpus)}, cache),
                   api_key=api_key, engine=engine)
+
+
+def _served(name: str) -> str:
+    return real_models.SERVED if name in real_models.NAMES else name
+
+
+def _vllm(name: str, port: int, extra_args: tuple[str, ...]) -> list[str]:
+    """vLLM's command: a tiny model's, or the real model's dequantized checkpoint (plain: its speculation is llama's)."""
+    if check_vllm(name) == real_models.SERVED:
+        return dequantized.server_command(port, extra_args)
+    return tiny_models.server_command(name, port, extra_args)
+
+
+def check_vllm(name: str) -> str:
+    """The name, if vLLM's test bed serves it: the real model's speculative servings are llama-server's only."""
+    if name in real_models.NAMES and name != real_models.SERVED:
+        raise LifecycleError(f"{name} is served by llama-server only (its speculation is llama-server's): use engine "
+                             f"llama.cpp, or {real_models.SERVED} for the same weights on vLLM")
+    return name
 
 
 def resolve(model: ModelParams) -> Target:

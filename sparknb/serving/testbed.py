@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from . import lifecycle, llama_server
+from . import lifecycle, llama_server, real_models
 from .lifecycle import Server
 from .processes import HOST, pick_port
-from .targets import testbed_target
+from .targets import check_vllm, testbed_target
 from .tiny_models import NAMES, cache_root, checkpoint, compile_cache, parameter_counts
 from ..errors import ServerError
 
@@ -60,6 +60,13 @@ def start(name: str, port: int, *, engine: str = "vllm", api_key: str | None = N
                 raise
             shutil.rmtree(compile_cache(name), ignore_errors=True)
     raise AssertionError("unreachable")
+
+
+def params_name(name: str, engine: str) -> str:
+    """The params file of a test-bed model on an engine: tiny-dense, tiny-dense-llamacpp, smollm2-vllm, ..."""
+    if engine == "llama.cpp":
+        return f"{name}-llamacpp"
+    return f"{name}-vllm" if check_vllm(name) == real_models.SERVED else name
 
 
 def serve_forever(name: str, port: int, api_key: str | None = None, engine: str = "vllm") -> None:

