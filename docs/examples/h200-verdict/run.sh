@@ -27,9 +27,10 @@ stamp() { echo "== $(date -u +%T) (+$(( $(date +%s) - START )) s) $*"; }
 left() { echo $(( DEADLINE_S - ($(date +%s) - START) )); }
 LOGS=/tmp/verdict-logs
 mkdir -p "$OUT" "$LOGS" && exec > >(tee "$OUT/session.log") 2>&1
-rm -rf "$REPO" && mkdir -p "$REPO" && tar -xf "$ROOT/.device/tree.tar" -C "$REPO" || exit 1
 PY=${PY:-python3}
-if [ "${WHEELS:-1}" = 1 ]; then
+RESUME=${RESUME:-0}  # 1: a second call on the same warm machine finishes the campaign a first one cut short
+[ "$RESUME" = 1 ] || { rm -rf "$REPO" && mkdir -p "$REPO" && tar -xf "$ROOT/.device/tree.tar" -C "$REPO"; } || exit 1
+if [ "${WHEELS:-1}" = 1 ] && [ "$RESUME" = 0 ]; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         "$ROOT"/.whl/*.whl || exit 1
 fi
@@ -39,6 +40,7 @@ DEV=$REPO/.device-build
 mkdir -p "$DEV/models"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$LOGS/gpu.txt"
 
+if [ "$RESUME" = 0 ]; then
 stamp "the two GGUFs (beside the build)"
 gguf() {  # $1: shape; $2: the params that must count as many parameters
     if [ "${SMALL:-0}" = 1 ]; then set -- "$1" "" --small; else set -- "$1" "$2" --check "$2"; fi
@@ -63,6 +65,7 @@ ln -sfn build/bin "$DEV/bin"
 fi
 wait "$writer"; rc=$?; echo "models exit $rc"; cat "$LOGS/models.log"
 [ $rc = 0 ] || exit 1
+fi
 "$DEV/bin/llama-server" --version 2>&1 | tail -2
 
 CAMPAIGN=docs/examples/h200-verdict/h200-verdict.yaml
@@ -78,8 +81,11 @@ EOF
     CAMPAIGN=/tmp/h200-verdict-small.yaml
 fi
 stamp "the campaign ($(left) s left)"
-timeout --signal=INT --kill-after=20 $(( $(left) - 75 )) "$PY" -m sparknb campaign run "$CAMPAIGN" 2>&1 |
-    tee "$LOGS/campaign.log" | grep -vE "^HTTP Request|^Executing" | cut -c1-400
+AGAIN=$([ "$RESUME" = 1 ] && echo "--resume $(ls -t outputs/campaigns | head -1)")
+timeout --signal=INT --kill-after=20 $(( $(left) - 75 )) "$PY" -m sparknb campaign run "$CAMPAIGN" $AGAIN 2>&1 |
+    tee -a "$LOGS/campaign.log" |
+    grep --line-buffered -E "^\[[0-9]+/[0-9]+\] [a-z_]+/|^campaign |Error|FAIL|Traceback" |
+    cut -c1-300
 ID=$(ls -t outputs/campaigns 2>/dev/null | head -1)
 stamp "the comparison of campaign $ID"
 if [ -n "$ID" ] && "$PY" -m sparknb run compare -p campaign "$ID" > "$LOGS/compare.log" 2>&1; then
