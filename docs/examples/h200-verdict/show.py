@@ -19,8 +19,10 @@ def main(folder: Path) -> None:
         for subject in head["subjects"][1:]:
             d = outcomes[(row["figure"], subject)]
             r = row["ratios"].get(subject) or {}
+            values = " / ".join("-" if row["values"].get(s) is None else f"{row['values'][s]:.3g}"
+                                for s in head["subjects"])
             shown = (f"{r['estimate']:.2f}x [{r['low']:.2f}, {r['high']:.2f}]" if r.get("low") is not None
-                     else "-")
+                     else f"({values})")
             who = f" -> {d['winner']}" if d["winner"] else ""
             print(f"{row['study']:8} {row['role']:8} {row['figure']:45} {shown:22} {d['outcome']}{who}")
             for why in d["reasons"]:
