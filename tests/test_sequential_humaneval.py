@@ -114,15 +114,15 @@ def test_sequential_compares_first_answers_so_samples_above_one_are_refused():
 # --- asked for real: the real sandbox grades, a fake server answers (no tiny model writes passing code) ---------
 
 def test_b_asked_in_as_order_stops_once_decided_and_resumes_where_it_stopped(tmp_path):
-    for handler, url in fake_coder():  # A: the canonical solutions, all 164 passing, in A's seeded order
-        work = work_on(outputs=tmp_path, sequential=True, seed=3, concurrency=4)
-        assert [p.id for p, _ in work.todo()] == order(IDS, 3)
+    for handler, url in fake_coder():  # A: the canonical solutions, all 40 passing, in A's seeded order
+        work = work_on(outputs=tmp_path, sequential=True, seed=3, concurrency=4, limit=40)
+        assert [p.id for p, _ in work.todo()] == order(IDS[:40], 3)
         study = open_study(tmp_path, url, work)
         finish(study, work, h.ask(study, work, log=quiet))
         a = study.run
-    a_order = order(IDS, 3)
+    a_order = order(IDS[:40], 3)
     for handler, url in fake_coder(default=WRONG, fail_on=a_order[6]):  # B fails every one; the server dies at the 7th
-        work = work_on(outputs=tmp_path, sequential=True, compare_with=a.id, concurrency=1)
+        work = work_on(outputs=tmp_path, sequential=True, compare_with=a.id, concurrency=1, limit=40)
         assert [p.id for p, _ in work.todo()] == a_order  # B asks in A's order, whatever its own seed
         study = open_study(tmp_path, url, work)
         with pytest.raises(StudyError, match="request"):
@@ -131,7 +131,8 @@ def test_b_asked_in_as_order_stops_once_decided_and_resumes_where_it_stopped(tmp
     kept = [r["problem"] for r in read_records(halfway.path) if "error" not in r]
     assert sorted(kept) == sorted(a_order[:6])  # graded by two sandboxes: recorded as each grade ends
     for handler, url in fake_coder(default=WRONG):
-        work = work_on(outputs=tmp_path, sequential=True, compare_with=a.id, resume_from=halfway.id, concurrency=1)
+        work = work_on(outputs=tmp_path, sequential=True, compare_with=a.id, resume_from=halfway.id, concurrency=1,
+                       limit=40)
         assert work.live.fed == 6 and [p.id for p, _ in work.todo()][:3] == a_order[6:9]
         study = open_study(tmp_path, url, work)
         asked = h.ask(study, work, log=quiet)
@@ -144,7 +145,7 @@ def test_b_asked_in_as_order_stops_once_decided_and_resumes_where_it_stopped(tmp
                                                                         f"{held['stopped_at']} problems")]
     assert [f["level"] for f in stopped] == ["info"]
     assert not any("no graded answer" in f["text"] for f in summary["findings"])  # no warning: it stopped on purpose
-    assert summary["answers_asked_for"] == 164 and verify(study.run.path) == []
+    assert summary["answers_asked_for"] == 40 and verify(study.run.path) == []
 
 
 def test_a_campaign_plans_humaneval_sequentially_and_says_what_it_saved(tmp_path):
