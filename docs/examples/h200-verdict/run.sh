@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The H200 session behind docs/examples/h200-verdict/, in one call on the lent machine, from the repository root
+# The H200 run behind docs/examples/h200-verdict/, in one call on the lent machine, from the repository root
 # the tool copied there:
 #
 #   tar -xOf .device/tree.tar docs/examples/h200-verdict/run.sh > /tmp/run.sh && DEADLINE_S=575 bash /tmp/run.sh
