@@ -1,5 +1,6 @@
-"""A reasoning model's two traps, through the real MMLU-Pro notebook: the stop string that fires inside the
-thinking, and the thinking that eats max_tokens (empty content, finish_reason length), each caught and classified.
+"""A reasoning model's two traps, through the real MMLU-Pro and HumanEval notebooks: the stop string that fires
+inside the thinking, and the thinking that eats max_tokens (empty content, finish_reason length), each caught and
+classified.
 
 The server is a fake, and must be: no small reasoning model can be had here (the tiny models are random, the real
 SmolLM2-135M does not think), and a real one could not be made to think through a stop string or past max_tokens
@@ -17,6 +18,7 @@ from support import FakeHandler, run_notebook, serve
 from sparknb.runs.run import read_records, verify
 from sparknb.studies.mmlu_pro import rule_sets as rs
 from sparknb.studies.batch.traps import CUT_BY_STOP, HIT_MAX_TOKENS
+from sparknb.studies import humaneval as h
 from sparknb.studies.mmlu_pro.grading import NO_ANSWER_LINE
 
 RESTATED = "Let me restate it.\nQuestion: which option is right?\nWeighing each option, option B fits."
@@ -37,6 +39,7 @@ class ReasoningReplay(FakeHandler):
 
     lock = threading.Lock()
     asked = generated = 0
+    coding = ("eaten-field", "eaten-inline")  # a HumanEval problem's replays, taken in turn
 
     def do_GET(self):
         cls = type(self)
@@ -54,7 +57,7 @@ class ReasoningReplay(FakeHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if self.path == "/tokenize":  # one token a word: the fake's own tokenizer
             return self.send_body(200, json.dumps({"tokens": [1] * len(body["messages"][0]["content"].split())}))
-        name = next(n for n in REPLAYS if n in body["messages"][-1]["content"])
+        name = next((n for n in REPLAYS if n in body["messages"][-1]["content"]), None) or self._coding()
         thinking, answer, finish = REPLAYS[name]
         thinking, answer, finish = _stopped(thinking, answer, finish, body.get("stop") or [])
         thinking, answer, finish = _capped(thinking, answer, finish, body["max_tokens"])
@@ -63,6 +66,12 @@ class ReasoningReplay(FakeHandler):
                          finish, thinking, answer)
         else:
             self._stream([{"reasoning_content": thinking}, {"content": answer or ""}], finish, thinking, answer)
+
+    def _coding(self):
+        cls = type(self)
+        with cls.lock:
+            cls.asked_coding = getattr(cls, "asked_coding", 0) + 1
+            return cls.coding[cls.asked_coding % len(cls.coding)]
 
     def _stream(self, deltas, finish, thinking, answer):
         cls = type(self)
@@ -113,16 +122,16 @@ def suite(tmp_path):
     return path
 
 
-def run(tmp_path, **params):
+def run(tmp_path, notebook="mmlu_pro", key="question_id", **params):
     handler = type("Replay", (ReasoningReplay,), {})
     with serve(handler) as url:
-        nb, folder = run_notebook("mmlu_pro", tmp_path, {"model": "tiny-dense", "endpoint": url, "suite": str(suite(tmp_path)),
-                                                         "max_tokens": MAX_TOKENS, "concurrency": 2, **params})
-    return {r["question_id"]: r for r in read_records(folder) if r.get("finish_reason")}, folder
+        _, folder = run_notebook(notebook, tmp_path, {"model": "tiny-dense", "endpoint": url, "max_tokens": MAX_TOKENS,
+                                                      "concurrency": 2, **params})
+    return {r[key]: r for r in read_records(folder) if r.get("finish_reason")}, folder
 
 
 def test_the_harness_effect_classifies_each_reasoning_trap_in_both_forms(tmp_path):
-    records, folder = run(tmp_path)
+    records, folder = run(tmp_path, suite=str(suite(tmp_path)))
     assert verify(folder) == []
     assert records["eaten-field"]["text"] == "" and records["eaten-field"]["finish_reason"] == "length"
     assert records["eaten-field"]["reasoning"].startswith("step 1")  # read from reasoning_content
@@ -142,7 +151,7 @@ def test_the_harness_effect_classifies_each_reasoning_trap_in_both_forms(tmp_pat
 
 
 def test_a_stop_string_sent_to_the_server_fires_inside_the_thinking_in_both_forms(tmp_path):
-    records, folder = run(tmp_path, stop=["Question:"])
+    records, folder = run(tmp_path, suite=str(suite(tmp_path)), stop=["Question:"])
     assert verify(folder) == []
     for name in ("restates-field", "restates-inline"):
         r = records[name]
@@ -150,3 +159,15 @@ def test_a_stop_string_sent_to_the_server_fires_inside_the_thinking_in_both_form
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["traps"]["counts"][CUT_BY_STOP] >= 2 and summary["suspect"] is True
     assert "Run with stop=[] to check" in summary["traps"]["headline"]
+
+
+def test_humaneval_counts_an_answer_whose_thinking_ate_max_tokens_as_cut_and_shows_where_it_ended(tmp_path):
+    records, folder = run(tmp_path, "humaneval", "problem", limit=2, isolation="rlimits")
+    assert verify(folder) == []
+    assert sorted(bool(r["reasoning"]) for r in records.values()) == [False, True]  # one in the field, one inline
+    assert all(r["finish_reason"] == "length" and r["code"] is None and r["reason"] == h.CUT for r in records.values())
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["traps"]["counts"][HIT_MAX_TOKENS] == 2 and summary["suspect"] is True
+    ends = [e["reasoning_end"] + e["content_end"] for e in summary["traps"]["examples"]]
+    cut = " ".join(LONG.split()[:MAX_TOKENS])[-60:]  # where max_tokens ended the thinking: no answer after it
+    assert len(ends) == 2 and all(end.endswith(cut) for end in ends), ends
