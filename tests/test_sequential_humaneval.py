@@ -81,7 +81,8 @@ def test_at_a_budget_it_cannot_tell_and_says_what_budget_would(tmp_path):
     h_, r = paired_row(tmp_path, a, b)
     s = r.sequences["b"]
     assert decide(r, "b", "a").outcome == "cannot tell" and s["questions"] == 30 and 30 < s["needed"] <= 164
-    assert r.needed["b"] == f"a budget of about {s['needed']:,} problems would most likely tell (resume the run with it)"
+    assert r.needed["b"] == (f"a budget of about {s['needed']:,} problems would most likely tell (resume the run "
+                             "with it)")
     assert r.needed["b"] in compare.story(h_)
 
 
@@ -140,7 +141,8 @@ def test_b_asked_in_as_order_stops_once_decided_and_resumes_where_it_stopped(tmp
         held = sequential.of_run(work.live, h.passes(study.records()), None, "problems")
     assert held["outcome"] == "worse" and held["stopped_at"] < 30  # every answer fails where A's passed
     assert handler.asked == held["stopped_at"] - 6  # only the rest, one at a time: none past the decision
-    assert held["path"] == [list(p) for p in sequential.PairedSequence.replay([(True, False)] * held["stopped_at"]).path]
+    worse = sequential.PairedSequence.replay([(True, False)] * held["stopped_at"])  # A passed, B failed, each time
+    assert held["path"] == [list(p) for p in worse.path]
     stopped = [f for f in summary["findings"] if f["text"].startswith(f"The confidence sequence stopped after "
                                                                         f"{held['stopped_at']} problems")]
     assert [f["level"] for f in stopped] == ["info"]
@@ -170,7 +172,8 @@ def test_a_campaign_plans_humaneval_sequentially_and_says_what_it_saved(tmp_path
     line, swaps = saved(record.id, outputs)
     s = paired_row(outputs, a, b)[1].sequences["tiny-moe"]
     assert line == f"humaneval, tiny-moe against tiny-dense: {sequential.told(s)}"
-    assert f"stopped after {s['questions']} of 100 problems" in line and f"{100 - s['questions']} problems saved" in line
+    assert f"stopped after {s['questions']} of 100 problems" in line
+    assert f"{100 - s['questions']} problems saved" in line
     assert swaps.startswith("swaps: none saved")
 
 

@@ -379,28 +379,3 @@ def markdown(s: Mapping) -> str:
     return (f"**{s['outcome']}**: B minus A {100 * i['estimate']:+.1f} points [{100 * i['low']:+.1f}, "
             f"{100 * i['high']:+.1f}], a 95% confidence sequence valid at every count. {told(s)}."
             + (f" {needed_text(s)}." if s["outcome"] == "cannot tell" else ""))
-
-
-def plot(seq: Mapping, title: str, subject: str, base: str):
-    """The sequence narrowing as answers arrive (valid at every count), the margin band, and where it stopped."""
-    from matplotlib.figure import Figure
-
-    n, low, high, estimate = (list(x) for x in zip(*seq["path"])) if seq["path"] else ([], [], [], [])
-    margin = 100 * seq["design"]["margin"]
-    fig = Figure(figsize=(8.5, 3.6))
-    ax = fig.subplots()
-    ax.axhspan(-margin, margin, color="grey", alpha=0.15, label=f"+/-{margin:.0f}-point margin")
-    ax.axhline(0, color="grey", ls=":")
-    ax.fill_between(n, [100 * x for x in low], [100 * x for x in high], color="C0", alpha=0.3,
-                    label="95% confidence sequence")
-    ax.plot(n, [100 * x for x in estimate], color="C0", lw=1, label="difference so far")
-    if seq.get("stopped_at"):
-        ax.axvline(seq["stopped_at"], color="C3", ls="--", label=f"stopped at {seq['stopped_at']:,}: {seq['outcome']}")
-    k = min(len(n) - 1, 20)  # the first answers' sequence spans +/-100 points: scale to where it has narrowed
-    span = min(100.0, max([3 * margin] + ([100 * abs(low[k]), 100 * abs(high[k])] if n else [])))
-    ax.set_ylim(-span, span)
-    ax.set_xlabel(f"{seq.get('unit', 'questions')} answered by both, in the first run's order")
-    ax.set_ylabel(f"{subject} minus {base} (points)")
-    ax.set_title(f"{title}, sequential", fontsize=10)
-    ax.legend(fontsize=8, loc="upper right")
-    return fig

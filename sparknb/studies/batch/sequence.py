@@ -6,6 +6,9 @@ feeds the confidence sequence (sparknb.verdicts.sequential), and the batch sends
 says which of its settings records the draw's ids (`Sequential.drawn`); the record's field that names an item
 and the one that says it was right are those it hands the batch (`Questions.right`).
 
+The plot of a sequence (its notebook's and the comparison report's) is here too: the interval narrowing as the
+answers arrive, the margin band set before the run, and where it stopped.
+
 A sequential run that stopped on its sequence's decision left the rest unasked on purpose: that is said as a
 fact of the run, never as a warning, which would caveat the very row the sequence decides.
 """
@@ -21,7 +24,7 @@ from ...runs import plan
 from ...runs.plan import IGNORED
 from ...runs.run import PastRun
 from ...verdicts import sequential
-from ...verdicts.sequential import markdown, plot
+from ...verdicts.sequential import markdown
 from ...verdicts.stats import Interval
 from .ask import Batch
 
@@ -85,3 +88,28 @@ def of_run(work, right: Mapping[str, bool], batch: Batch) -> dict | None:
     not sequential against another run."""
     pace = batch.wall_s / batch.asked if batch.asked else None
     return sequential.of_run(work.live, right, pace, type(work.plan).unit)
+
+
+def plot(seq: Mapping, title: str, subject: str, base: str):
+    """The sequence narrowing as answers arrive (valid at every count), the margin band, and where it stopped."""
+    from matplotlib.figure import Figure
+
+    n, low, high, estimate = (list(x) for x in zip(*seq["path"])) if seq["path"] else ([], [], [], [])
+    margin = 100 * seq["design"]["margin"]
+    fig = Figure(figsize=(8.5, 3.6))
+    ax = fig.subplots()
+    ax.axhspan(-margin, margin, color="grey", alpha=0.15, label=f"+/-{margin:.0f}-point margin")
+    ax.axhline(0, color="grey", ls=":")
+    ax.fill_between(n, [100 * x for x in low], [100 * x for x in high], color="C0", alpha=0.3,
+                    label="95% confidence sequence")
+    ax.plot(n, [100 * x for x in estimate], color="C0", lw=1, label="difference so far")
+    if seq.get("stopped_at"):
+        ax.axvline(seq["stopped_at"], color="C3", ls="--", label=f"stopped at {seq['stopped_at']:,}: {seq['outcome']}")
+    k = min(len(n) - 1, 20)  # the first answers' sequence spans +/-100 points: scale to where it has narrowed
+    span = min(100.0, max([3 * margin] + ([100 * abs(low[k]), 100 * abs(high[k])] if n else [])))
+    ax.set_ylim(-span, span)
+    ax.set_xlabel(f"{seq.get('unit', 'questions')} answered by both, in the first run's order")
+    ax.set_ylabel(f"{subject} minus {base} (points)")
+    ax.set_title(f"{title}, sequential", fontsize=10)
+    ax.legend(fontsize=8, loc="upper right")
+    return fig

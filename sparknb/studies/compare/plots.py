@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ...verdicts import sequential
 from ...verdicts.verdict import decide
+from ..batch import sequence
 from .headline import Headline
 
 STYLE = {"wins": ("o", 1.0), "cannot tell": ("o", 1.0), "caveated": ("o", 0.35), "not comparable": ("x", 0.35),
@@ -71,5 +71,5 @@ def plot(h: Headline, title: str = ""):
 def sequence_plots(h: Headline) -> list:
     """One chart per sequentially decided comparison: the confidence sequence narrowing as answers arrive (valid at
     every count, so it may be read at any of them), the margin band set before the run, and where it stopped."""
-    return [sequential.plot(r.sequences[s], f"{r.study}: {r.figure}", s, h.base) for r in h.rows
+    return [sequence.plot(r.sequences[s], f"{r.study}: {r.figure}", s, h.base) for r in h.rows
             for s in h.subjects[1:] if s in r.sequences]
