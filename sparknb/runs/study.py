@@ -226,6 +226,26 @@ def drifts(df: pd.DataFrame, column: str, what: str, fmt: Callable[[float], str]
                     "measure again on a quiet, warmed-up box.", tuple(lengths))]
 
 
+def server_first_s(df: pd.DataFrame) -> pd.Series:
+    """The server's own time to the first token where it gives one; else its prompt time (a server that times
+    only the prompt)."""
+    return df["server_ttft_s"].fillna(df["server_prefill_s"])
+
+
+def outside_server(df: pd.DataFrame) -> tuple[list[float], list[int | None]]:
+    """Each clean request's time outside the server before its first token (ms), in the order sent, and the
+    prompt length sent just before it (None for the first): a stall that grows with the previous prompt is the
+    server saving that prompt, not this one's cost."""
+    ordered = df.sort_values("seq")
+    before = ordered["prompt_length"].shift(1)
+    ordered = ordered.assign(before=before)
+    ordered = ordered[ordered["interference"].isna() & ordered["ttft_s"].notna()]
+    server_first = server_first_s(ordered)
+    keep = server_first.notna()
+    outside = (1000 * (ordered["ttft_s"] - server_first))[keep]
+    return [float(v) for v in outside], [None if pd.isna(b) else int(b) for b in ordered["before"][keep]]
+
+
 def resolve_endpoint(value: str) -> str:
     """An endpoint as given, or read from the environment for env:NAME (how `sparknb run` passes a URL
     that holds a password: the notebook then never sees it)."""

@@ -8,7 +8,7 @@ import pandas as pd
 from ...roofline.bandwidth import FAR_BELOW, IMPOSSIBLE, Limit
 from ...runs.report import Finding, info, warning
 from ...runs.schedule import AUTO_FIRST
-from ...runs.study import capped, drifts, left_out
+from ...runs.study import capped, drifts, left_out, outside_server
 from ...verdicts.verdict import MIN_SAMPLES
 from .tables import BURST, SPREAD, clean
 
@@ -180,7 +180,5 @@ def _physics(table: pd.DataFrame, share: pd.Series) -> list[Finding]:
 def _about_stall(df: pd.DataFrame, engine) -> list[Finding]:
     """The server's own wait before a prompt (a server's host prompt cache on an H200: TTFT 253-575 ms against
     its own 11-143 ms of prompt time), named with its fix as prefill names it, never blamed on the machine."""
-    from ..prefill.findings import outside_server
-
     stall = engine.stall(*outside_server(df)) if engine is not None and len(df) else None
     return [warning("TTFT here: " + stall)] if stall else []

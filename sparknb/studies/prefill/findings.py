@@ -15,7 +15,7 @@ import pandas as pd
 
 from ...engines import Engine
 from ...runs.report import Finding, as_records, duration, info, warning
-from ...runs.study import capped, drifts, left_out
+from ...runs.study import capped, drifts, left_out, outside_server, server_first_s
 from ...verdicts.verdict import MIN_SAMPLES
 from .compare import Comparison
 from .fit import Fit
@@ -46,8 +46,7 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, fit_: Fit | None, plan: Plan
     if table.empty:
         return notes + [warning("No clean measurement was taken.")]
     notes += _about_samples(table, stopped or {}) + _about_spread(df) + _about_server(df, table, engine) + _about_load(df)
-    notes += capped(df.assign(server_first_s=df["server_ttft_s"].fillna(df["server_prefill_s"])), stopped or {},
-                    "ttft_s", "server_first_s", "TTFT")
+    notes += capped(df.assign(server_first_s=server_first_s(df)), stopped or {}, "ttft_s", "server_first_s", "TTFT")
     if fit_ is not None:
         notes += _about_fit(table, fit_)
     return notes
@@ -130,20 +129,6 @@ def _about_server(df: pd.DataFrame, table: pd.DataFrame, engine: Engine | None =
                              "machine holds up the client or the server's front end; the client's TTFTs then "
                              "include that delay, and the server's own columns show the engine's time alone."))
     return notes
-
-
-def outside_server(df: pd.DataFrame) -> tuple[list[float], list[int | None]]:
-    """Each clean request's time outside the server before its first token (ms), in the order sent, and the
-    prompt length sent just before it (None for the first): a stall that grows with the previous prompt is the
-    server saving that prompt, not this one's cost."""
-    ordered = df.sort_values("seq")
-    before = ordered["prompt_length"].shift(1)
-    ordered = ordered.assign(before=before)
-    ordered = clean(ordered)
-    server_first = ordered["server_ttft_s"].fillna(ordered["server_prefill_s"])
-    keep = server_first.notna()
-    outside = (1000 * (ordered["ttft_s"] - server_first))[keep]
-    return [float(v) for v in outside], [None if pd.isna(b) else int(b) for b in ordered["before"][keep]]
 
 
 def _about_load(df: pd.DataFrame) -> list[Finding]:

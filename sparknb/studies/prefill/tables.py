@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from ...runs.run import measured
+from ...runs.study import server_first_s
 from ...verdicts import benchy, stats
 
 COLUMNS = ["seq", "prompt_length", "rep", "prompt_tokens", "completion_tokens", "ttft_s", "server_ttft_s",
@@ -66,8 +67,7 @@ def summarize(df: pd.DataFrame, stopped: dict[int, str] | None = None, limit=Non
         def server_ms(column, g=g):
             return 1000 * float(g[column].median()) if g[column].notna().all() else None
 
-        # The server's own time to the first token where it gives one (vLLM); else its prompt time (llama-server)
-        server_first = g["server_ttft_s"].fillna(g["server_prefill_s"])
+        server_first = server_first_s(g)
         both = server_first.notna().all()
         out.append({
             "prompt tokens": int(length),
