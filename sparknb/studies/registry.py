@@ -25,7 +25,8 @@ class Contract:
     """What a study declares: its parameters (with their marks), how it measures, its tables and findings, its rows
     of the comparison, its notebook; `order` places its rows in the comparison; `across_models`: it visits every
     model itself (one cell of a campaign, run with no server up); `speeds`: its runs' single-stream decode speeds,
-    which another study's rows may set their own figures beside, without naming it."""
+    which another study's rows may set their own figures beside, without naming it; `prompts`: its questions, which
+    another study may send as its prompts ("NAME:SOURCE"), without naming it."""
 
     name: str
     Plan: type[Plan]
@@ -38,6 +39,7 @@ class Contract:
     across_models: bool = False
     notebook: Path | None = None
     speeds: Callable | None = None  # run -> {prompt length: single-stream tok/s}, for a study that measures those
+    prompts: Callable | None = None  # (source, seed) -> (texts, what they are): its questions as another's prompts
 
     def __post_init__(self) -> None:
         if self.Plan.study != self.name:

@@ -17,12 +17,12 @@ from ...endpoint import stream
 from ...endpoint.client import Endpoint
 from ...endpoint.prompts import PromptMaker
 from ...runs import params
+from .. import registry
 
 OPENING = 8  # random tokens at the start of an exact-length prompt: 4096 ** 8 ways, no two alike
 OPENING_HEX_BYTES = 4  # a text's random opening word: 8 hex digits and ": ", 2 ** 32 ways
 # Tokens that word may add at most: one per character, plus one where the space splits the text's first word.
 OPENING_MARGIN = 2 * OPENING_HEX_BYTES + len(": ") + 1
-MMLU_PER_CATEGORY = 20
 
 
 @dataclass(frozen=True)
@@ -64,14 +64,10 @@ def make_prompts(plan, endpoint: Endpoint) -> Prompts:
         tokens = PromptMaker(endpoint.tokenize, plan.seed).make(plan.prompt_tokens)
         specials = len(endpoint.tokenize("", True))
         return Prompts("exact", tuple(tokens), (), (len(tokens),), specials, **common)
-    if plan.prompts.startswith("mmlu_pro:"):
-        from ..mmlu_pro import data, prompt
-
-        source = plan.prompts.removeprefix("mmlu_pro:")
-        dataset = data.load(source)
-        questions = data.draw(dataset, MMLU_PER_CATEGORY, plan.seed)
-        texts = [prompt.prompt(q, dataset.examples(q.category, 5)) for q in questions]
-        kind = f"MMLU-Pro ({source}, {len(texts)} questions, 5-shot)"
+    name, colon, source = plan.prompts.partition(":")
+    lender = registry.find(name) if colon else None  # a study that lends its questions: mmlu_pro:hub
+    if lender is not None and lender.prompts is not None:
+        texts, kind = lender.prompts(source, plan.seed)
     else:
         prompt_set = params.load_prompts(plan.prompts)
         texts, kind = list(prompt_set.prompts.values()), f"prompt set {prompt_set.name}"

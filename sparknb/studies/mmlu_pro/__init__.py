@@ -17,11 +17,11 @@ from .measure import Batch, ask
 from .plan import NOTEBOOK, Plan, Work, prepare, prompt_tokens
 from ..registry import Contract
 from .plots import plot
-from .prompt import messages, prompt
+from .prompt import lent, messages, prompt
 from .scores import Scores, scores, scores_markdown
 from .tables import batch_table, table
 
-STUDY = Contract(NOTEBOOK, Plan, ask, table, findings, headline_rows, title="MMLU-Pro", order=50)
+STUDY = Contract(NOTEBOOK, Plan, ask, table, findings, headline_rows, title="MMLU-Pro", order=50, prompts=lent)
 
 __all__ = [
     "STUDY",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .data import LETTERS, Question
+from .data import LETTERS, Question, draw, load
 
 HEADER = ('The following are multiple choice questions (with answers) about {subject}. Think step by step and '
           'then finish your answer with "the answer is (X)" where X is the correct letter choice.')
@@ -61,3 +61,11 @@ def said(form: str) -> str:
     return ("The questions were asked in sparknb's own format (one user turn, the \"N/A\" options left out), not "
             "lm-evaluation-harness's: the lm-eval rule set's score is its rules applied to these answers, not what "
             "lm-eval would print. Set prompt_format: lm-eval to ask exactly as lm-eval asks.")
+
+
+def lent(source: str, seed: int, per_category: int = 20) -> tuple[list[str], str]:
+    """MMLU-Pro's questions as another study's prompts (a load test's `prompts: mmlu_pro:SOURCE`): an even seeded
+    draw, each in the reference 5-shot prompt, and what they are."""
+    dataset = load(source)
+    texts = [prompt(q, dataset.examples(q.category, 5)) for q in draw(dataset, per_category, seed)]
+    return texts, f"MMLU-Pro ({source}, {len(texts)} questions, 5-shot)"
