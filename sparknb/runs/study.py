@@ -246,6 +246,32 @@ def outside_server(df: pd.DataFrame) -> tuple[list[float], list[int | None]]:
     return [float(v) for v in outside], [None if pd.isna(b) else int(b) for b in ordered["before"][keep]]
 
 
+# The burst rule, the same for decode and mtp: where the server timed the request itself (its own decode time, from
+# its counters or its per-request timings) and the client's first-to-last token time differs from it by more than
+# BURST, the answer reached the client in bursts or stalls, so the client's clock measured the delivery, not the
+# decoding. Such a request is counted at the server's time (`timed_by` says which clock counted), never left to
+# pose as a speed the client could not have seen. Where the server gives no time of its own, nothing can be checked.
+BURST = 0.10  # client against server decode time: beyond this the client's clock timed the delivery
+
+
+def timing(record: dict) -> dict:
+    """One request's decode speed by the burst rule: the figure counted, which clock counted it, and why."""
+    tokens, client_s = record.get("decode_tokens"), record.get("decode_s")
+    server_s = (record.get("server") or {}).get("decode_s")
+    burst = bool(server_s and client_s is not None and abs(client_s - server_s) > BURST * server_s)
+    seconds = server_s if burst else client_s
+    return {"client_tok_s": record.get("decode_tokens_per_s"), "server_decode_s": server_s, "burst": burst,
+            "timed_by": "server" if burst else "client",
+            "decode_tok_s": tokens / seconds if tokens and seconds else None}
+
+
+def seen_by_client(tok_s: float | None) -> str:
+    """What the client's clock made of an answer that came in a burst."""
+    if tok_s is None:  # first and last token in one read: no time between them at all
+        return "the client saw every token at once, a delivery, not a decoding speed"
+    return f"the client saw {tok_s:.1f} tok/s, a delivery, not a decoding speed"
+
+
 def resolve_endpoint(value: str) -> str:
     """An endpoint as given, or read from the environment for env:NAME (how `sparknb run` passes a URL
     that holds a password: the notebook then never sees it)."""

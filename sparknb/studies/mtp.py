@@ -15,15 +15,13 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from ..endpoint.client import Endpoint, ServerInfo
 from ..endpoint.prompts import filler
+from ..endpoint.prompts import filler
 from ..errors import ParamsError
-from ..runs import params, plan
 from ..runs.plan import COMPARED, IGNORED
 from ..runs.report import Finding, info, warning
 from ..runs.run import PastRun, measured
-from ..runs.study import Study
-from ..verdicts.verdict import Row, Runs, caveats, median_row
-from .decode.measure import seen_by_client
-from .decode.tables import BURST, timing
+from ..runs.study import BURST, Study, seen_by_client, timing
+from ..verdicts.verdict import Row, Runs, caveats, median_row, one_sided
 from .registry import Contract
 
 FILLER = "random filler"
@@ -109,7 +107,7 @@ def sweep(study: Study, plan: Plan) -> pd.DataFrame:
 
 
 def _row(r: dict) -> dict:
-    """One request's figures, by decode's burst rule (decode.tables.timing): an answer that reached the client
+    """One request's figures, by the burst rule (study.timing): an answer that reached the client
     in a burst is counted at the server's time; its tokens per step come from the counters either way."""
     spec = r["server"]["spec_decode"]
     tps = spec["tokens_per_step"]
@@ -265,8 +263,6 @@ def _num(value, fmt: str = ".1f") -> str:
 
 def headline_rows(runs: Runs) -> list[Row]:
     """Per kind of prompt: tok/s (a verdict row) and tokens per step (context), on the kinds both runs sent."""
-    from .decode.headline import one_sided
-
     mine = runs.of("mtp")
     frames = {s: frame(r.records) for s, r in mine.items()}
     frames = {s: f[f["excluded"].isna()] for s, f in frames.items() if len(f)}

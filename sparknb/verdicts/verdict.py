@@ -194,6 +194,24 @@ def verdicts(rows: Sequence[Row], subjects: Sequence[str]) -> list[StudyVerdict]
 
 # --- a run's own doubts, carried into its rows -------------------------------------------------------------
 
+def _speculative(run: PastRun) -> str | None:
+    """The speculative method the run's model declares, or the one its server showed (tokens per step above 1)."""
+    declared = (run.params.get("model") or {}).get("speculative")
+    if declared:
+        return declared
+    table = (run.summary or {}).get("table") or []
+    return "seen in its tokens per step" if any((r.get("tokens/step") or 1) > 1 for r in table) else None
+
+
+def one_sided(runs: dict[str, PastRun]) -> dict[str, tuple[str, ...]]:
+    """Speculative decoding on some sides only: those sides' speeds depend on the text, the others' do not."""
+    methods = {s: _speculative(r) for s, r in runs.items()}
+    if len({bool(m) for m in methods.values()}) < 2:
+        return {}
+    return {s: (f"speculative decoding ({m}) on this side only: its speed depends on how predictable the text is",)
+            for s, m in methods.items() if m}
+
+
 def caveats(run: PastRun, about: object = None) -> tuple[str, ...]:
     """The reasons a run gives to doubt its figure about `about` (a prompt length, a kind, a level; None: a
     figure of the whole run): it failed halfway; the guard was forced; every finding of its own above info

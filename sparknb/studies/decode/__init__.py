@@ -6,15 +6,14 @@ the server times each request itself, an answer that reached the client in a bur
 server's time (tables), so a burst is never read as speed.
 """
 
-from ...runs.study import drifts
-from ..registry import Contract
+from ...runs.study import BURST, drifts
 from .compare import compare
 from .findings import findings
 from .headline import headline_rows, speeds
 from .measure import reusable, sweep
 from .plan import Plan
 from .plots import plot
-from .tables import BURST, SPREAD, frame, share, summarize
+from .tables import SPREAD, frame, share, summarize
 
 STUDY = Contract("decode", Plan, sweep, summarize, findings, headline_rows, order=10, speeds=speeds)
 

@@ -8,9 +8,9 @@ import pandas as pd
 from ...roofline.bandwidth import FAR_BELOW, IMPOSSIBLE, Limit
 from ...runs.report import Finding, info, warning
 from ...runs.schedule import AUTO_FIRST
-from ...runs.study import capped, drifts, left_out, outside_server
+from ...runs.study import BURST, capped, drifts, left_out, outside_server
 from ...verdicts.verdict import MIN_SAMPLES
-from .tables import BURST, SPREAD, clean
+from .tables import SPREAD, clean
 
 
 def findings(df: pd.DataFrame, table: pd.DataFrame, limit: Limit, hardware: str,

@@ -7,28 +7,10 @@ from collections.abc import Callable
 import pandas as pd
 
 from ...runs.run import PastRun
-from ...verdicts.verdict import Row, Runs, caveats, median_row
+from ...verdicts.verdict import Row, Runs, caveats, median_row, one_sided
 from .plan import Plan
 from .prediction import rows as predicted_rows
 from .tables import clean, frame
-
-
-def speculative(run: PastRun) -> str | None:
-    """The speculative method the run's model declares, or the one its server showed (tokens per step above 1)."""
-    declared = (run.params.get("model") or {}).get("speculative")
-    if declared:
-        return declared
-    table = (run.summary or {}).get("table") or []
-    return "seen in its tokens per step" if any((r.get("tokens/step") or 1) > 1 for r in table) else None
-
-
-def one_sided(runs: dict[str, PastRun]) -> dict[str, tuple[str, ...]]:
-    """Speculative decoding on some sides only: those sides' speeds depend on the text, the others' do not."""
-    methods = {s: speculative(r) for s, r in runs.items()}
-    if len({bool(m) for m in methods.values()}) < 2:
-        return {}
-    return {s: (f"speculative decoding ({m}) on this side only: its speed depends on how predictable the text is",)
-            for s, m in methods.items() if m}
 
 
 def speeds(run: PastRun) -> dict[int, list[float]]:

@@ -7,9 +7,9 @@ import pandas as pd
 from ...endpoint.prompts import PromptMaker
 from ...runs import resume
 from ...runs.schedule import Schedule
-from ...runs.study import Study, rep_label
+from ...runs.study import Study, rep_label, seen_by_client, timing
 from .plan import Plan
-from .tables import frame, timing
+from .tables import frame
 
 
 def schedule_of(plan: Plan) -> Schedule:
@@ -73,10 +73,3 @@ def _speed(t: dict) -> str:
     if not t["burst"]:
         return f"{t['decode_tok_s']:.1f} tok/s"
     return f"{t['decode_tok_s']:.1f} tok/s by the server's clock  !! BURST: {seen_by_client(t['client_tok_s'])}"
-
-
-def seen_by_client(tok_s: float | None) -> str:
-    """What the client's clock made of an answer that came in a burst."""
-    if tok_s is None:  # first and last token in one read: no time between them at all
-        return "the client saw every token at once, a delivery, not a decoding speed"
-    return f"the client saw {tok_s:.1f} tok/s, a delivery, not a decoding speed"

@@ -1,33 +1,15 @@
-"""The decode records as tables: one row per measured request, then one per prompt length.
-
-The rule for bursts, the same for decode and mtp: where the server timed the request itself (its own
-decode time, from its counters or its per-request timings) and the client's first-to-last token time
-differs from it by more than BURST, the answer reached the client in bursts or stalls, so the client's
-clock measured the delivery, not the decoding. Such a request is counted at the server's time
-(`timed_by` says which clock counted), never left to pose as a speed the client could not have seen.
-Where the server gives no time of its own, nothing can be checked, and the findings say so.
-"""
+"""The decode records as tables: one row per measured request, then one per prompt length (each request's speed
+by the burst rule, study.timing)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from ...runs.run import measured
+from ...runs.study import timing
 from ...verdicts import benchy, stats
 
-BURST = 0.10  # client against server decode time: beyond this the client's clock timed the delivery
 SPREAD = 1.5  # fastest over slowest request at one length: beyond this the box was not steady
-
-
-def timing(record: dict) -> dict:
-    """One request's decode speed by the burst rule: the figure counted, which clock counted it, and why."""
-    tokens, client_s = record.get("decode_tokens"), record.get("decode_s")
-    server_s = (record.get("server") or {}).get("decode_s")
-    burst = bool(server_s and client_s is not None and abs(client_s - server_s) > BURST * server_s)
-    seconds = server_s if burst else client_s
-    return {"client_tok_s": record.get("decode_tokens_per_s"), "server_decode_s": server_s, "burst": burst,
-            "timed_by": "server" if burst else "client",
-            "decode_tok_s": tokens / seconds if tokens and seconds else None}
 
 
 def frame(records: list[dict]) -> pd.DataFrame:
