@@ -263,9 +263,8 @@ def _num(value, fmt: str = ".1f") -> str:
 
 def headline_rows(runs: Runs) -> list[Row]:
     """Per kind of prompt: tok/s (a verdict row) and tokens per step (context), on the kinds both runs sent."""
-    mine = runs.of("mtp")
-    frames = {s: frame(r.records) for s, r in mine.items()}
-    frames = {s: f[f["excluded"].isna()] for s, f in frames.items() if len(f)}
+    mine, frames = runs.frames("mtp", frame)
+    frames = {s: f[f["excluded"].isna()] for s, f in frames.items()}
     if not frames:
         return []
     spec = one_sided(mine)

@@ -22,14 +22,17 @@ Each study builds its rows in its own package (`headline_rows(runs)`); the compa
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from ..runs.run import PastRun
 from . import stats
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Standing = Literal["trusted", "caveated", "not comparable"]
 Better = Literal["higher", "lower", "none"]
@@ -57,6 +60,12 @@ class Runs:
         """The runs of one study, in the subjects' order."""
         runs = self.by_study.get(study, {})
         return {s: runs[s] for s in self.subjects if s in runs}
+
+    def frames(self, study: str, read: Callable[[list[dict]], pd.DataFrame]) -> tuple[dict[str, PastRun], dict]:
+        """The runs of one study, and the request table of each that kept a row (`read`: records -> its rows)."""
+        mine = self.of(study)
+        frames = {s: read(r.records) for s, r in mine.items()}
+        return mine, {s: f for s, f in frames.items() if len(f)}
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,7 @@ def speed_rows(frames: dict[str, pd.DataFrame], base: str, doubts: Callable[[str
 
 
 def headline_rows(runs: Runs) -> list[Row]:
-    mine = runs.of("decode")
-    frames = {s: clean(frame(r.records)) for s, r in mine.items()}
-    frames = {s: f for s, f in frames.items() if len(f)}
+    mine, frames = runs.frames("decode", lambda records: clean(frame(records)))
     if not frames:
         return []
     spec = one_sided(mine)

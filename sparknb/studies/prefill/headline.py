@@ -36,9 +36,7 @@ def crossover_of(fit: dict | None) -> float | None | str:
 
 
 def headline_rows(runs: Runs) -> list[Row]:
-    mine = runs.of("prefill")
-    frames = {s: clean(frame(r.records)) for s, r in mine.items()}
-    frames = {s: f for s, f in frames.items() if len(f)}
+    mine, frames = runs.frames("prefill", lambda records: clean(frame(records)))
     if not frames:
         return []
     points = {s: crossover(mine[s]) for s in frames}
