@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 
+NEVER_READY = "the server never answered its ready URL: the stages stop at its last log line"
 STAGES = ("process start", "model load", "warm-up", "draft model", "API ready")
 STAGE_HELP = {
     "process start": "launch until llama-server's first log line: loading the program and its backends",
@@ -101,24 +102,28 @@ def _stages(events: list[dict], ready_s: float | None) -> tuple[dict[str, float 
     draft, slots = _at(events, "draft_start"), _at(events, "slots")
     ends = {"process start": first, "model load": model_ready, "warm-up": draft if draft is not None else slots,
             "draft model": slots if draft is not None else None, "API ready": ready_s}
+    stages, _ = split([(name, ends[name]) for name in STAGES], ready_s, 6)
+    notes = [f"{name}: not in the log; that time is counted in the next stage found"
+             for name, length in stages.items() if length is None and name != "draft model"]
+    return stages, notes + ([NEVER_READY] if ready_s is None else [])
+
+
+def split(ends: list[tuple[str, float | None]], ready_s: float | None,
+          digits: int) -> tuple[dict[str, float | None], dict[str, list[str]]]:
+    """Stage lengths from the times at which each one ends, in order (a log line can be late, not early; nothing
+    after the ready URL answered), and, per stage found, the stages before it the log does not show (None),
+    whose time it holds. Both servers' start-up logs are cut into stages by it."""
     stages: dict[str, float | None] = {}
-    notes: list[str] = []
-    previous = 0.0
-    for name in STAGES:
-        end = ends[name]
+    took_in: dict[str, list[str]] = {}
+    previous, pending = 0.0, []
+    for name, end in ends:
         if end is None:
             stages[name] = None
-            if name != "draft model":
-                notes.append(f"{name}: not in the log; that time is counted in the next stage found")
+            pending.append(name)
             continue
-        end = max(end, previous)
-        if ready_s is not None:
-            end = min(end, ready_s)
-        stages[name] = round(end - previous, 6)
-        previous = end
-    if ready_s is None:
-        notes.append("the server never answered its ready URL: the stages stop at its last log line")
-    return stages, notes
+        end = max(end, previous) if ready_s is None else min(max(end, previous), ready_s)
+        stages[name], took_in[name], pending, previous = round(end - previous, digits), pending, [], end
+    return stages, took_in
 
 
 def _reported(events: list[dict]) -> dict[str, float]:

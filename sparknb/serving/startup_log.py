@@ -204,7 +204,6 @@ def _last(events: list[Event], *names: str) -> Event | None:
 
 def _stages(events: list[Event], ready_s: float | None) -> tuple[dict[str, float | None], list[str]]:
     """Stage lengths from the times at which each one ends; a stage the log does not show is None."""
-    notes = []
     first_line = _first(events, "first_line")
     load = _first(events, "load_start")
     if load is None:  # no start marker: vLLM's own loading time, counted back from its line
@@ -228,24 +227,10 @@ def _stages(events: list[Event], ready_s: float | None) -> tuple[dict[str, float
         ("graph capture", engine_ready.t_s if (capture and engine_ready) else (capture.t_s if capture else None)),
         ("API ready", ready_s),
     ]
-    stages: dict[str, float | None] = {}
-    previous, pending = 0.0, []
-    for name, end in ends:
-        if end is None:
-            stages[name] = None
-            pending.append(name)
-            continue
-        end = max(end, previous)
-        if ready_s is not None:
-            end = min(end, ready_s)
-        stages[name] = round(end - previous, 3)
-        if [p for p in pending if p != "graph capture"]:  # no graph capture is normal (CPU, eager)
-            notes.append(f"{', '.join(pending)}: not in the log; that time is counted in {name}")
-        pending = []
-        previous = end
-    if ready_s is None:
-        notes.append("the server never answered its ready URL: the stages stop at its last log line")
-    return stages, notes
+    stages, took_in = llama_log.split(ends, ready_s, 3)
+    notes = [f"{', '.join(missed)}: not in the log; that time is counted in {name}" for name, missed in
+             took_in.items() if [m for m in missed if m != "graph capture"]]  # no graph capture is normal (CPU, eager)
+    return stages, notes + ([llama_log.NEVER_READY] if ready_s is None else [])
 
 
 def _reported(events: list[Event]) -> dict[str, float]:
