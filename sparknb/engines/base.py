@@ -18,7 +18,6 @@ class Engine:
 
     key = "openai"
     name = "an OpenAI-compatible server"  # in sentences: "as {name} timed it"
-    short = "server"  # in column headings: "server ms/token"
     signature_path = ""  # the route whose answer tells this engine apart (see engines.detect)
     token_prompts = False  # a prompt may be a list of token ids, read as those tokens
     counters: Mapping[str, str] = {}  # the server's metric names (a histogram by its base name) -> sparknb's

@@ -36,7 +36,6 @@ STALL_MS = 5.0  # beyond HTTP and the client (under 1 ms at any length here): a 
 class LlamaCpp(Engine):
     key = "llama.cpp"
     name = "llama-server"
-    short = "llama-server"
     signature_path = "/props"
     token_prompts = True
     counters = {

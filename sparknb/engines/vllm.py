@@ -28,7 +28,6 @@ PER_REQUEST = {"queue_time_ms": "queue_s", "time_to_first_token_ms": "ttft_s", "
 class Vllm(Engine):
     key = "vllm"
     name = "vLLM"
-    short = "vLLM"
     signature_path = "/version"
     token_prompts = True
     counters = {
