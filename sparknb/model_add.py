@@ -37,7 +37,7 @@ def add(name: str, endpoint: str, *, checkpoint_path: str | None = None, served_
     try:
         info, text = ep.info(), ep.metrics_text()  # one scrape for both: the cache's dtype and the draft counters
         cache = ep.engine.kv_cache_dtype(text)
-        drafts = text is not None and metrics.Snapshot.parse(text, ep.model, ep.engine).has(metrics.DRAFTS)
+        drafts = text is not None and ep.snapshot(text).has(metrics.DRAFTS)
     finally:
         ep.close()
     path = _checkpoint(checkpoint_path, info.root)

@@ -229,7 +229,10 @@ class Endpoint:
     def metrics(self) -> Snapshot:
         """The server's counters, under sparknb's names; an empty scrape (every figure unknown) from a server
         without /metrics."""
-        text = self.metrics_text()
+        return self.snapshot(self.metrics_text())
+
+    def snapshot(self, text: str | None) -> Snapshot:
+        """A /metrics text already read (None: the server has none) as the counters under sparknb's names."""
         return Snapshot({}) if text is None else Snapshot.parse(text, self.model, self.engine)
 
     # -- one streamed request -------------------------------------------------------------------

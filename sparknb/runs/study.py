@@ -316,7 +316,8 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
     lock = guard.RunLock({"notebook": notebook, "model": ", ".join(dict.fromkeys(names)), "run_id": run_id or "(new)"})
     lock.acquire(force=force)
     try:
-        report = guard.check(server_load=ep.metrics().load() if ep else None, endpoint=ep, force=force,
+        text = ep.metrics_text() if ep else None  # one scrape: the guard's load, the draft counters, the KV cache type
+        report = guard.check(server_load=ep.snapshot(text).load() if ep else None, endpoint=ep, force=force,
                              **({"server_process": ep.engine.process_name} if ep else {}))
         all_params = {"notebook": notebook, "settings": settings, "hardware": hardware.model_dump(),
                       "guard": report.as_dict() | {"lock_forced_over": lock.forced_over}}
@@ -326,7 +327,7 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
                             "root": None, "max_model_len": None}
         else:
             all_params |= {"model": loaded[0].model_dump(), "endpoint": ep.url}
-            scrape = ep.metrics()
+            scrape = ep.snapshot(text)
             # Whether the server speculates: where its engine can tell (llama-server's slots), else by its counters
             drafts = (server.facts["speculative"] if server.facts.get("speculative") is not None
                       else scrape.has(metrics.DRAFTS) if scrape.values else None)
@@ -339,7 +340,7 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
         fp = fingerprint.take(server=server_facts, params=all_params, project_dir=project_root(), secrets=keys,
                               probe=box.as_dict())
         run.write_json("fingerprint.json", fp)
-        counted = census.seal(run, loaded[0], server.root, ep.engine.kv_cache_dtype(ep.metrics_text())) if ep else None
+        counted = census.seal(run, loaded[0], server.root, ep.engine.kv_cache_dtype(text)) if ep else None
         sampler = telemetry.Sampler(run).start()
     except BaseException:
         lock.release()
