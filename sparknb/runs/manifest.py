@@ -151,6 +151,7 @@ class Seal:
     signature: signing.Signature | None  # None: no signature
     after_the_fact: dict | None  # sealed-after-the-fact.json, where `sparknb seal` sealed a run that had died
     notes: tuple[str, ...] = ()  # what could not be checked here, and why
+    digest: str = ""  # the sha256 of the manifest checked (what a run that reads this one pins); "" with none
 
     @property
     def trusted(self) -> bool:
@@ -184,28 +185,29 @@ def check(path: str | Path) -> Seal:
     if not manifest.is_file():
         return Seal((f"{folder} has no {MANIFEST}: it was never sealed (or the manifest was removed)",
                      *_ledger_problems(folder.name, None, None)), None, None)
+    raw = manifest.read_bytes()  # read once: parsed, signature-checked and hashed as these bytes
     try:
-        sealed = json.loads(manifest.read_text())
+        sealed = json.loads(raw)
         expected, run_id = dict(sealed["sha256"]), sealed["run_id"]
     except (ValueError, KeyError, TypeError):
         return Seal((f"{manifest} is not a manifest sparknb wrote",), None, None)
-    signature, problems = _signature(folder, sealed)
+    signature, problems = _signature(folder, sealed, raw)
     problems += _changes(folder, expected, sealed.get("folders", []))
     if run_id != folder.name:
         problems.insert(0, f"renamed: the folder is {folder.name!r} but the run sealed in it is {run_id!r}")
-    digest = hashlib.sha256(manifest.read_bytes()).hexdigest()
-    problems += _ledger_problems(run_id, digest, _records(expected, folder) if "records.jsonl" in expected
+    sha = hashlib.sha256(raw).hexdigest()
+    problems += _ledger_problems(run_id, sha, _records(expected, folder) if "records.jsonl" in expected
                                  and (folder / "records.jsonl").is_file() else None)
     pinned, notes = _pinned(folder)
-    return Seal(tuple(problems + pinned), signature, read_object(folder / AFTER_THE_FACT), tuple(notes))
+    return Seal(tuple(problems + pinned), signature, read_object(folder / AFTER_THE_FACT), tuple(notes), sha)
 
 
-def _signature(folder: Path, sealed: dict) -> tuple[signing.Signature | None, list[str]]:
+def _signature(folder: Path, sealed: dict, raw: bytes) -> tuple[signing.Signature | None, list[str]]:
     if not (folder / SIGNATURE).is_file():
         return None, ([f"signature missing: the manifest was signed by {sealed['key']}, and {SIGNATURE} is gone"]
                       if "key" in sealed else [])
     try:
-        signature = signing.check((folder / MANIFEST).read_bytes(), folder / SIGNATURE)
+        signature = signing.check(raw, folder / SIGNATURE)
     except RunError as e:
         return None, [f"bad signature: {e}"]
     if not signature.good:
@@ -267,9 +269,10 @@ def _pinned(folder: Path) -> tuple[list[str], list[str]]:
     for pin in (settings.get("inputs") or [] if isinstance(settings, dict) else []):
         found = next((p for p in (folder.parent.parent / pin["notebook"] / pin["run_id"], Path(pin["path"]))
                       if (p / MANIFEST).is_file()), None)
+        now = digest(found) if found is not None else None
         if found is None:
             notes.append(f"input {pin['run_id']} is not here (nor at {pin['path']}): its pin is unchecked")
-        elif digest(found) != pin["manifest_sha256"]:
+        elif now != pin["manifest_sha256"]:
             problems.append(f"input sealed again: {found} no longer has the manifest this run read (sha256 "
-                            f"{pin['manifest_sha256'][:12]}..., now {digest(found)[:12]}...)")
+                            f"{pin['manifest_sha256'][:12]}..., now {now[:12]}...)")
     return problems, notes

@@ -256,7 +256,7 @@ def _read_one(value: str, notebook: str | None, what: str, outputs: str | Path) 
         return (f"{what} {value!r}: {path.name} has no fingerprint.json; without it nobody can tell whether it ran "
                 "on the same box and server build.")
     return PastRun(path, params, fingerprint, read_records(path), read_object(path / "summary.json"),
-                   read_object(path / FAILURE), manifest.digest(path), seal.verdict)
+                   read_object(path / FAILURE), seal.digest, seal.verdict)
 
 
 def read_past(values: str | Sequence[str], notebook: str | None, *, what: str = "compare_with",
