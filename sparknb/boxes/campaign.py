@@ -235,8 +235,7 @@ def _run_cell(cell: Cell, endpoint: str | None, record: Run, outputs: str | Path
         folder = run_notebook(cell.notebook, cell.notebook_parameters(endpoint), outputs)
     except Interrupted as e:
         if e.complete:  # Ctrl-C after its last request: the cell is done, and the campaign stops after it
-            record.record({"cell": cell.key, "status": "done", "run": str(e.folder), "notebook": cell.notebook,
-                           "model": cell.model, "seconds": time.monotonic() - t0})
+            _done(record, cell, e.folder, time.monotonic() - t0)
         raise
     except SparknbError as e:
         seconds = time.monotonic() - t0
@@ -244,10 +243,14 @@ def _run_cell(cell: Cell, endpoint: str | None, record: Run, outputs: str | Path
         progress.step(cell, f"FAILED after {duration(seconds)}: {str(e).splitlines()[0]}")
         return False
     seconds = time.monotonic() - t0
-    record.record({"cell": cell.key, "status": "done", "run": str(folder), "notebook": cell.notebook,
-                   "model": cell.model, "seconds": seconds})
+    _done(record, cell, folder, seconds)
     progress.step(cell, f"sealed in {duration(seconds)}: {folder}")
     return True
+
+
+def _done(record: Run, cell: Cell, folder: Path, seconds: float) -> None:
+    record.record({"cell": cell.key, "status": "done", "run": str(folder), "notebook": cell.notebook,
+                   "model": cell.model, "seconds": seconds})
 
 
 class _Progress:
