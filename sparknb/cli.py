@@ -13,12 +13,12 @@ import yaml
 
 from .boxes import campaign
 from .errors import ParamsError, SparknbError
-from .runs import manifest
 from .runs.execute import Interrupted, run_notebook, seal_interrupted
-from .runs.params import TESTBED_ENGINES, load_model
+from .runs.params import load_model
 from .runs.redaction import redact
 from .runs.run import MANIFEST
 from .runs.signing import NAMESPACE, allowed_signers
+from .runs.strict_json import read_object
 
 
 def parse_parameters(pairs: list[list[str]], yaml_files: list[str]) -> dict:
@@ -53,8 +53,10 @@ def _verify(folder: str) -> int:
 
 
 def _saved(record: Path, outputs: str | Path) -> None:
-    """Once a campaign is sealed whole: what its sequentially decided comparisons saved."""
-    if (record / MANIFEST).exists():
+    """Once a campaign is sealed whole: what its sequentially decided comparisons saved, where a cell ran sequential
+    (the comparison that says it verifies every run of the campaign again)."""
+    cells = (read_object(record / "params.json") or {}).get("cells") or []
+    if (record / MANIFEST).exists() and any((c.get("parameters") or {}).get("sequential") for c in cells):
         from .studies.compare import saved
         for line in saved(record.name, outputs):
             campaign.say(line)
