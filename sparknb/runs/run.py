@@ -6,6 +6,7 @@ record is flushed to disk as it completes, so a run that fails halfway keeps wha
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -207,6 +208,11 @@ class PastRun:
     def id(self) -> str:
         return self.path.name
 
+    @functools.cached_property
+    def records_sha256(self) -> str:
+        """Its records' hash, taken once however many reads of the past look for copies (same_records)."""
+        return hashlib.sha256(dumps(self.records, sort_keys=True).encode()).hexdigest()
+
     @property
     def notebook(self) -> str:
         return self.params.get("notebook", "")
@@ -285,7 +291,7 @@ def same_records(runs: Sequence[PastRun]) -> list[str]:
     seen: dict[str, PastRun] = {}
     problems = []
     for run in runs:
-        key = hashlib.sha256(dumps(run.records, sort_keys=True).encode()).hexdigest()
+        key = run.records_sha256
         if run.records and key in seen:
             problems.append(f"{seen[key].id} and {run.id} hold the same records: one is a copy of the other, "
                             "not a second measurement; compare runs measured apart")
