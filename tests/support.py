@@ -100,6 +100,43 @@ class FakeHandler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+class FakeVllm(FakeHandler):
+    """Answers GETs as a vLLM serving one model (`served`) does: the model (its context `max_model_len`), a version,
+    and /metrics counting the requests a subclass `asked` and the tokens it `generated`."""
+
+    lock = threading.Lock()
+    asked = generated = 0
+    max_model_len = 100_000
+    served = "tiny-dense"
+
+    def do_GET(self):
+        cls = type(self)
+        if self.path == "/v1/models":
+            return self.send_body(200, json.dumps({"data": [{"id": cls.served, "root": "fake",
+                                                             "max_model_len": cls.max_model_len}]}))
+        if self.path == "/version":
+            return self.send_body(200, '{"version": "fake"}')
+        label = f'{{model_name="{cls.served}"}}'
+        self.send_body(200, f"vllm:num_requests_running{label} 0\nvllm:num_requests_waiting{label} 0\n"
+                            f"vllm:e2e_request_latency_seconds_count{label} {cls.asked}\n"
+                            f"vllm:e2e_request_latency_seconds_sum{label} {cls.asked * 0.1}\n"
+                            f"vllm:generation_tokens_total{label} {cls.generated}\n", "text/plain")
+
+    def chunk(self, choices: list, usage: dict | None = None) -> None:
+        self.event({"id": "x", "object": "chat.completion.chunk", "created": 0, "model": type(self).served,
+                    "choices": choices, "usage": usage})
+
+    def done(self, n: int) -> None:
+        """The stream's end: the request counted before the usage chunk (vLLM counts a request once it is done),
+        then its usage for a 50-token prompt and `n` tokens, then [DONE]."""
+        cls = type(self)
+        with cls.lock:
+            cls.asked += 1
+            cls.generated += n
+        self.chunk([], {"prompt_tokens": 50, "completion_tokens": n, "total_tokens": 50 + n})
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
 def model_yaml(tmp_path: Path, name: str, block: dict, port: int = 18931, **extra) -> Path:
     """A model's params with the given lifecycle block (and any other fields), as a user would write them."""
     path = tmp_path / f"{name}.yaml"

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import FakeHandler, serve
+from support import FakeVllm, serve
 from test_sandbox import attack
 
 from sparknb import sandbox as sb
@@ -29,7 +29,7 @@ BY_PROMPT = {p.prompt.rstrip(): p for p in PROBLEMS.values()}
 WRONG = "    return None\n"
 
 
-class FakeCoder(FakeHandler):
+class FakeCoder(FakeVllm):
     """Answers each problem with `bodies[id]` (else `default`: a body, or None for the canonical solution), in
     the style asked; `reasoning` is streamed as thinking first. Counts requests, per problem too."""
 
@@ -41,19 +41,6 @@ class FakeCoder(FakeHandler):
     served = "tiny-dense"  # the model it says it serves
     bodies: dict
     seen: dict
-
-    def do_GET(self):
-        cls = type(self)
-        if self.path == "/v1/models":
-            return self.send_body(200, json.dumps({"data": [{"id": cls.served, "root": "fake",
-                                                             "max_model_len": 100_000}]}))
-        if self.path == "/version":
-            return self.send_body(200, '{"version": "fake"}')
-        label = f'{{model_name="{cls.served}"}}'
-        self.send_body(200, f"vllm:num_requests_running{label} 0\nvllm:num_requests_waiting{label} 0\n"
-                            f"vllm:e2e_request_latency_seconds_count{label} {cls.asked}\n"
-                            f"vllm:e2e_request_latency_seconds_sum{label} {cls.asked * 0.1}\n"
-                            f"vllm:generation_tokens_total{label} {cls.generated}\n", "text/plain")
 
     def do_POST(self):
         cls = type(self)
@@ -91,18 +78,10 @@ class FakeCoder(FakeHandler):
         for piece in pieces:
             time.sleep(0.002)
             choice = {"index": 0, "delta": piece} if chat else {"index": 0, "text": piece["content"]}
-            self._chunk([choice | {"finish_reason": None}])
-        self._chunk([{"index": 0, "delta": {}, "finish_reason": finish} if chat else
+            self.chunk([choice | {"finish_reason": None}])
+        self.chunk([{"index": 0, "delta": {}, "finish_reason": finish} if chat else
                      {"index": 0, "text": "", "finish_reason": finish}])
-        with cls.lock:
-            cls.asked += 1
-            cls.generated += n
-        self._chunk([], {"prompt_tokens": 50, "completion_tokens": n, "total_tokens": 50 + n})
-        self.wfile.write(b"data: [DONE]\n\n")
-
-    def _chunk(self, choices, usage=None):
-        self.event({"id": "x", "object": "chat.completion.chunk", "created": 0, "model": type(self).served,
-                    "choices": choices, "usage": usage})
+        self.done(n)
 
 
 def fake_coder(**attributes):

@@ -15,7 +15,7 @@ import time
 from dataclasses import replace
 
 import pytest
-from support import FakeHandler, free_port, serve
+from support import FakeVllm, free_port, serve
 from test_mmlu_pro_data import SHARED, needs_shared, synthetic
 
 from sparknb.cli import main
@@ -28,7 +28,7 @@ from sparknb.serving import testbed
 from sparknb.studies import mmlu_pro as m
 
 
-class FakeReasoner(FakeHandler):
+class FakeReasoner(FakeVllm):
     """Streams a reasoning text with a **Question:** heading, then "the answer is (A)", applying stop
     strings to the reasoning as vLLM does. Counts requests in flight, and how many answers the run had
     on disk when each request arrived."""
@@ -36,22 +36,8 @@ class FakeReasoner(FakeHandler):
     lock = threading.Lock()
     in_flight = max_in_flight = asked = generated = tokenized = 0
     fail_on = "NEVER"
-    max_model_len = 100_000
     records_path = None
     on_disk_at_arrival: list
-
-    def do_GET(self):
-        cls = type(self)
-        if self.path == "/v1/models":
-            return self.send_body(200, json.dumps({"data": [{"id": "tiny-dense", "root": "fake",
-                                                             "max_model_len": cls.max_model_len}]}))
-        if self.path == "/version":
-            return self.send_body(200, '{"version": "fake"}')
-        label = '{model_name="tiny-dense"}'
-        self.send_body(200, f"vllm:num_requests_running{label} 0\nvllm:num_requests_waiting{label} 0\n"
-                            f"vllm:e2e_request_latency_seconds_count{label} {cls.asked}\n"
-                            f"vllm:e2e_request_latency_seconds_sum{label} {cls.asked * 0.1}\n"
-                            f"vllm:generation_tokens_total{label} {cls.generated}\n", "text/plain")
 
     def do_POST(self):
         cls = type(self)
@@ -95,17 +81,9 @@ class FakeReasoner(FakeHandler):
         pieces = [{"reasoning": reasoning[:20]}, {"reasoning": reasoning[20:]}, {"content": content}]
         for delta in [{"role": "assistant", "content": ""}] + pieces:
             time.sleep(0.03)
-            self._chunk([{"index": 0, "delta": delta, "finish_reason": None}])
-        self._chunk([{"index": 0, "delta": {}, "finish_reason": finish}])
-        with cls.lock:  # counted before the usage chunk, as vLLM counts a request once it is done
-            cls.asked += 1
-            cls.generated += n
-        self._chunk([], {"prompt_tokens": 50, "completion_tokens": n, "total_tokens": 50 + n})
-        self.wfile.write(b"data: [DONE]\n\n")
-
-    def _chunk(self, choices, usage=None):
-        self.event({"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "tiny-dense",
-                    "choices": choices, "usage": usage})
+            self.chunk([{"index": 0, "delta": delta, "finish_reason": None}])
+        self.chunk([{"index": 0, "delta": {}, "finish_reason": finish}])
+        self.done(n)
 
 
 def fake_reasoner():
