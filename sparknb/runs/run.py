@@ -202,7 +202,7 @@ class PastRun:
     summary: dict | None
     failure: dict | None  # what stopped it, for a run sealed after failing halfway
     manifest_sha256: str = ""  # its manifest as it was read: what a run that reads it pins (settings.inputs)
-    seal: str = ""  # its seal's verdict as it was read (manifest.Seal.verdict): intact, signed by whom, or not
+    seal: manifest.Seal | None = None  # its seal as it was read: intact, signed by whom, or not (None: not read)
 
     @property
     def id(self) -> str:
@@ -262,7 +262,7 @@ def _read_one(value: str, notebook: str | None, what: str, outputs: str | Path) 
         return (f"{what} {value!r}: {path.name} has no fingerprint.json; without it nobody can tell whether it ran "
                 "on the same box and server build.")
     return PastRun(path, params, fingerprint, read_records(path), read_object(path / "summary.json"),
-                   read_object(path / FAILURE), seal.digest, seal.verdict)
+                   read_object(path / FAILURE), seal.digest, seal)
 
 
 def read_past(values: str | Sequence[str], notebook: str | None, *, what: str = "compare_with",
