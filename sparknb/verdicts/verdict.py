@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from ..runs.report import first_line
+from ..runs.run import PastRun
 from ..runs.run import PastRun
 from . import stats
 
@@ -228,8 +230,8 @@ def caveats(run: PastRun, about: object = None) -> tuple[str, ...]:
     the GPU telemetry's warnings."""
     out = []
     if run.failure:
-        kept = run.failure.get("records")
-        out.append(f"run {run.id} failed halfway ({_first_line(run.failure.get('reason'))})"
+        kept, why = run.failure.get("records"), first_line(str(run.failure.get("reason") or "no reason recorded"))
+        out.append(f"run {run.id} failed halfway ({why})"
                    + (f"; its figures come from the {kept} records it kept" if kept is not None else ""))
     guard = (run.params.get("guard") or {})
     if guard.get("forced") or guard.get("lock_forced_over"):
@@ -264,10 +266,6 @@ def short(text: str) -> str:
 def _concerns(named: Iterable, about: object) -> bool:
     named = [str(x) for x in named]
     return not named or about is None or str(about) in named
-
-
-def _first_line(text: object) -> str:
-    return str(text or "no reason recorded").strip().splitlines()[0][:300]
 
 
 def _first_sentence(text: str, limit: int = 240) -> str:
