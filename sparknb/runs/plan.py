@@ -142,11 +142,12 @@ class Plan(BaseModel):
         return tuple(fields + [n for n, marks in recorded.items() if mark in marks and n not in cls.model_fields])
 
     @classmethod
-    def same(cls, runs: dict[str, PastRun | dict]) -> str:
-        """Why these runs do not measure the same thing (a COMPARED setting differs), or "" where they do.
-        `runs`: subject -> its sealed run, or the settings of the run still going (a notebook's own)."""
-        settings = {s: r if isinstance(r, dict) else r.settings for s, r in runs.items()}
-        if len(settings) < 2:
+    def same(cls, runs: dict[str, PastRun | dict | None]) -> str:
+        """Why these runs do not measure the same thing (a COMPARED setting differs), or "" where they do or where
+        one's settings are not known (None). `runs`: subject -> its sealed run, or the settings of the run still
+        going (a notebook's own)."""
+        settings = {s: r if isinstance(r, dict) else r.settings for s, r in runs.items() if r is not None}
+        if len(settings) < 2 or len(settings) < len(runs):
             return ""
         differ = []
         for name in cls.marked(COMPARED):

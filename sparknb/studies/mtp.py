@@ -173,7 +173,7 @@ def compare(table: pd.DataFrame, past: list[PastRun], df: pd.DataFrame, settings
         other = theirs.groupby("kind")["tok_s"].median() if len(theirs) else pd.Series(dtype=float)
         label = f"{run.label} ({run.id})"
         out[f"tok/s {label}"] = other.reindex(table.index)
-        apart = Plan.same({"this run": settings, label: run}) if settings is not None else ""
+        apart = Plan.same({"this run": settings, label: run})
         rows = kind_rows({label: theirs, "this run": mine}, label, lambda s, k: caveats(run, k) if s == label
                          else (), apart) if len(theirs) and len(mine) else {}
         said = {k: (row.ratios.get("this run"), row.standing("this run", label)) for k, row in rows.items()}

@@ -33,7 +33,7 @@ def compare(df: pd.DataFrame, study: Study, past: list[PastRun], settings: dict 
         missing = sorted(set(mine["prompt_length"]) - set(shared))
         if missing:
             notes.append(info(f"{label} has no clean request at {missing} tokens: no ratio there."))
-        apart = Plan.same({this: settings, label: run}) if settings is not None else ""
+        apart = Plan.same({this: settings, label: run})
         if apart and shared:
             notes.append(warning(f"{label}: {apart}; no ratio is read from them."))
         for n, row in (speed_rows({this: mine, label: theirs}, this, lambda s, n: caveats(run, n) if s == label

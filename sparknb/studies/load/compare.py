@@ -59,8 +59,7 @@ def compare(table: pd.DataFrame, past: list[PastRun], records: list[dict] | None
                            run.settings.get("percentiles", PERCENTILES))
         table_ = ratios(table, theirs)
         if records is not None:
-            table_ = standings(table_, records, run, Plan.same({"this run": settings, run.id: run})
-                               if settings is not None else "")
+            table_ = standings(table_, records, run, Plan.same({"this run": settings, run.id: run}))
         out.append(Comparison(run.label, run.id, theirs, table_))
     return out
 

@@ -116,7 +116,7 @@ def verdicts(table: pd.DataFrame, frames: dict[str, pd.DataFrame], base: str, ot
     (headline.ttft_rows): a trap below the length where the tokens outweigh the overhead, caveated by the other
     run's own doubts, not comparable where a setting that changes a TTFT differs."""
     points = {base: crossover_of(fit.as_dict() if fit else None)} | {s: crossover(o) for s, o in others.items()}
-    apart = Plan.same({base: settings} | others) if settings is not None else ""
+    apart = Plan.same({base: settings} | others)
     rows = ttft_rows({s: clean(f) for s, f in frames.items()}, points, base,
                      lambda s, n: caveats(others[s], n) if s in others else (), apart)
     for label in others:
