@@ -89,7 +89,7 @@ def warnings(past: list[PastRun], mode: str = "models") -> list[Finding]:
         notes.append(Finding("warning", f"DIFFERENT BOXES. These runs were not measured on the same machine as "
                                         f"{base.id} ({detail}). A ratio between them mixes the models with the "
                                         "machines; read every figure below as a comparison of setups, not of models."))
-    served = [r for r in past if not across_models(r)]  # such a run starts its own servers: no one version
+    served = [r for r in past if not across_models(r.notebook)]  # such a run starts its own servers: no one version
     for run in served[1:]:
         for facet, diffs in fingerprint.differences(served[0].fingerprint, run.fingerprint,
                                                     ("driver", "server version")).items():

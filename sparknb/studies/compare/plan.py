@@ -19,9 +19,9 @@ def box_of(run: PastRun) -> str:
     return (fp.get("box") or {}).get("name") or (fp.get("host") or {}).get("hostname") or "unknown box"
 
 
-def across_models(run: PastRun) -> bool:
-    """A run of a study that visits every model itself (swap): it is no one model's, and compares no model."""
-    contract = registry.find(run.notebook)
+def across_models(notebook: str) -> bool:
+    """A study that visits every model itself (swap): its run is no one model's, and compares no model."""
+    contract = registry.find(notebook)
     return bool(contract and contract.across_models)
 
 
@@ -64,7 +64,7 @@ class Plan(plan.Plan):
 
     def models(self) -> list[str]:
         """The models in the order given: the first is the base every ratio divides by."""
-        return list(dict.fromkeys(r.label for r in self._past if not across_models(r)))
+        return list(dict.fromkeys(r.label for r in self._past if not across_models(r.notebook)))
 
     def boxes(self) -> list[str]:
         """The boxes the runs were measured on, by the name a box joined a cluster with, else by its host name;
@@ -98,7 +98,7 @@ class Plan(plan.Plan):
         if len(models) == 1:
             return [(f"{models[0]} on each box", Runs(self.by_study(key=box_of), boxes))]
         per_box = {b: [r for r in self._past if box_of(r) == b] for b in boxes}
-        if all(len({r.label for r in runs if not across_models(r)}) > 1 for runs in per_box.values()):
+        if all(len({r.label for r in runs if not across_models(r.notebook)}) > 1 for runs in per_box.values()):
             return [(f"on {b}", Runs(self.by_study(runs), [m for m in models if any(r.label == m for r in runs)]))
                     for b, runs in per_box.items()]
         where = "; ".join(f"{m} on {', '.join(sorted({box_of(r) for r in self._past if r.label == m}))}" for m in models)
@@ -119,8 +119,7 @@ class Plan(plan.Plan):
                 out.append(f"{r['cell']} failed: {first_line(str(r.get('reason') or 'no reason recorded'))}")
         models = self.models()
         for study, runs in self.by_study().items():
-            contract = registry.find(study)
-            if contract and contract.across_models:
+            if across_models(study):
                 continue
             absent = [m for m in models if m not in runs]
             if absent:
