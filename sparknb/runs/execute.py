@@ -82,6 +82,7 @@ def parameter_problems(source: Path, given: dict, set_here: tuple[str, ...] = Pl
 
     declared = papermill.inspect_notebook(str(source))
     known = ", ".join(n for n in declared if n not in set_here)
+    study = registry.of_notebook(source)
     problems = []
     for name, value in given.items():
         if name in set_here:
@@ -89,7 +90,7 @@ def parameter_problems(source: Path, given: dict, set_here: tuple[str, ...] = Pl
         elif name not in declared:
             problems.append(f"{name}: not a parameter of {source.name}; its parameters: {known}")
         else:
-            problems += _plan_problems(source.stem, name, value, declared[name]["inferred_type_name"])
+            problems += _plan_problems(study and study.Plan, name, value, declared[name]["inferred_type_name"])
             problems += _model_problems(name, value)
     return problems
 
@@ -110,13 +111,11 @@ def _model_problems(name: str, value) -> list[str]:
     return problems
 
 
-def _plan_problems(notebook: str, name: str, value, type_name: str) -> list[str]:
+def _plan_problems(plan: type[Plan] | None, name: str, value, type_name: str) -> list[str]:
     """A value the study's own Plan would refuse (a range, a choice, `auto`), found before any kernel starts;
     a parameter that is not a Plan field (model, force, ...) is checked against the notebook's declared type."""
     from pydantic import TypeAdapter, ValidationError
 
-    study = registry.find(notebook)
-    plan = study.Plan if study is not None else None
     field = plan.model_fields.get(name) if plan is not None else None
     if field is None or field.exclude:
         return [] if fits(value, type_name) else [f"{name}: {value!r} is not of type {type_name}"]

@@ -87,6 +87,11 @@ def find(name: str) -> Contract | None:
     return studies().get(name)
 
 
+def of_notebook(path: Path) -> Contract | None:
+    """The study whose notebook this file is, or None (a notebook of one's own)."""
+    return next((c for c in studies().values() if c.notebook_path().resolve() == Path(path).resolve()), None)
+
+
 def known(measuring: bool = True) -> list[str]:
     """The names of the studies (those that measure, by default), for a message that lists them."""
     return [n for n, c in studies().items() if c.measures or not measuring]
