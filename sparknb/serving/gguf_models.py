@@ -259,8 +259,18 @@ SPECULATIVE: dict[str, list[str]] = {"tiny-moe": ["--spec-type", "draft-simple",
 
 def server_command(name: str, port: int, binary: Path, *, prompt_cache: bool = False,
                    extra_args: Sequence[str] = ()) -> list[str]:
-    """llama-server for one test-bed model; a later option wins, so `extra_args` can change any of these
-    (except --spec-type, whose values add up).
+    """llama-server for one test-bed model (llama_command); tiny-moe speculates with its Q4_0 copy as the draft
+    model (`--model-draft`, DRAFT_TOKENS per step)."""
+    draft = ["--model-draft", str(draft_file(name)), *SPECULATIVE[name]] if name in SPECULATIVE else []
+    repack = cpu_repack.flags(binary, gguf_file(name), *([draft_file(name)] if draft else []))
+    return llama_command(binary, gguf_file(name), name, port, CONTEXT, PARALLEL, prompt_cache,
+                         [*repack, *draft, *extra_args])
+
+
+def llama_command(binary: Path, model: Path, alias: str, port: int, context: int, parallel: int,
+                  prompt_cache: bool, more: Sequence[str]) -> list[str]:
+    """llama-server as the test bed serves every model, then `more` (its repacking, speculation, the caller's own);
+    a later option wins, so `more` can change any of these (except --spec-type, whose values add up).
 
     - one compute thread (`-t 1`): llama.cpp's threads spin while they wait, and on a small machine
       two of them starve the HTTP thread and the measuring client; the vLLM test bed computes on one
@@ -272,18 +282,14 @@ def server_command(name: str, port: int, binary: Path, *, prompt_cache: bool = F
       tiny models, once all 8 slots have been used. `prompt_cache=True` keeps the default, to show it;
     - `--metrics` for the `llamacpp:` counters, and log lines stamped with the time since the start
       (`--log-prefix --log-timestamps`), which the start-up log's stages are read from;
-    - tiny-moe speculates with its Q4_0 copy as the draft model (`--model-draft`, DRAFT_TOKENS per step);
-    - `--no-repack` where repacked quantized weights crash this CPU (see cpu_repack: the Q4_0 draft did).
+    - `--no-repack` in `more` where repacked quantized weights crash this CPU (see cpu_repack: the Q4_0 draft did).
     """
-    draft = ["--model-draft", str(draft_file(name)), *SPECULATIVE[name]] if name in SPECULATIVE else []
-    repack = cpu_repack.flags(binary, gguf_file(name), *([draft_file(name)] if draft else []))
     return [
-        str(binary), "--model", str(gguf_file(name)), "--alias", name,
+        str(binary), "--model", str(model), "--alias", alias,
         "--host", HOST, "--port", str(port),
-        "--ctx-size", str(CONTEXT), "--parallel", str(PARALLEL),
+        "--ctx-size", str(context), "--parallel", str(parallel),
         "--threads", "1", "--metrics",
         "--log-prefix", "--log-timestamps", "--log-colors", "off",
         *([] if prompt_cache else ["--cache-ram", "0"]),
-        *repack, *draft,
-        *extra_args,
+        *more,
     ]

