@@ -217,9 +217,8 @@ def from_hub(repo_id: str | None) -> str | None:
     """A hub id's snapshot in the local cache (no download), where it is there."""
     if not repo_id or repo_id.count("/") != 1 or Path(repo_id).exists():
         return None
-    repo = hub_cache.default_cache() / f"models--{repo_id.replace('/', '--')}"
-    ref = repo / "refs" / "main"
-    return str(repo / "snapshots" / ref.read_text().strip()) if ref.is_file() else None
+    found = hub_cache.snapshot(repo_id)
+    return str(found) if found is not None else None
 
 
 def _readable(path: str | None, base) -> Path | None:

@@ -25,6 +25,17 @@ def default_cache() -> Path:
     return Path(home) / "hub"
 
 
+def repo(repo_id: str, cache: str | Path | None = None) -> Path:
+    """A repo's folder in the cache (models--owner--name), under refs/main the revision its snapshots/ holds."""
+    return Path(cache or default_cache()) / f"models--{repo_id.replace('/', '--')}"
+
+
+def snapshot(repo_id: str) -> Path | None:
+    """The snapshot of a repo's main revision in the cache, where it is there (nothing is downloaded)."""
+    ref = repo(repo_id) / "refs" / "main"
+    return repo(repo_id) / "snapshots" / ref.read_text().strip() if ref.is_file() else None
+
+
 def place(checkpoint: str | Path, repo_id: str, cache: str | Path | None = None) -> Path:
     """Link every file of `checkpoint` into the cache as `repo_id`'s main revision; returns the snapshot folder.
 
@@ -36,14 +47,14 @@ def place(checkpoint: str | Path, repo_id: str, cache: str | Path | None = None)
         raise ParamsError(f"{source} holds no config.json, so it is not a checkpoint to serve.")
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise ParamsError(f"repo id {repo_id!r} must read owner/name, e.g. sparknb/tiny-dense.")
-    repo = Path(cache or default_cache()) / f"models--{repo_id.replace('/', '--')}"
-    snapshot = repo / "snapshots" / REVISION
-    snapshot.mkdir(parents=True, exist_ok=True)
-    (repo / "refs").mkdir(exist_ok=True)
-    (repo / "refs" / "main").write_text(REVISION)
+    folder = repo(repo_id, cache)
+    placed = folder / "snapshots" / REVISION
+    placed.mkdir(parents=True, exist_ok=True)
+    (folder / "refs").mkdir(exist_ok=True)
+    (folder / "refs" / "main").write_text(REVISION)
     for file in source.iterdir():
-        link = snapshot / file.name
+        link = placed / file.name
         if file.is_file() and not (link.is_symlink() and link.resolve() == file):
             link.unlink(missing_ok=True)
             link.symlink_to(file)
-    return snapshot
+    return placed
