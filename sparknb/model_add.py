@@ -65,9 +65,9 @@ def _only_model(endpoint: str, key: str | None) -> str:
 
 def _checkpoint(given: str | None, root: str | None) -> Path:
     """The checkpoint as given, else the server's own path or hub id where this box can read it."""
-    for candidate in (given,) if given else (root, census.from_hub(root)):
-        if candidate and Path(candidate).expanduser().exists():
-            return Path(candidate).expanduser().resolve()
+    found = census.readable((given,) if given else (root, census.from_hub(root)))
+    if found is not None:
+        return found.resolve()
     what = f"--checkpoint {given}" if given else f"the server's path {root!r}" if root else "the server (it names none)"
     raise ParamsError(f"cannot read the checkpoint from {what} on this box: pass --checkpoint PATH, the GGUF file or "
                       "the folder of config.json and *.safetensors the server serves")

@@ -18,6 +18,7 @@ KV read counted the share was 43.9-44.2% at every length: the limit is a curve o
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -195,10 +196,9 @@ def for_model(model, root: str | None = None, server_cache: tuple[str, str] | No
 
     dtype, source = ((model.kv_cache_dtype, "the model's params (kv_cache_dtype)") if model.kv_cache_dtype
                      else server_cache or (None, ""))
-    for path in (model.checkpoint, root, from_hub(root)):
-        found = _readable(path, project_root())
-        if found is not None:
-            return count(read(found), dtype, source), f"read from {found}"
+    found = readable((model.checkpoint, root, from_hub(root)), project_root())
+    if found is not None:
+        return count(read(found), dtype, source), f"read from {found}"
     if model.census:
         return Census.from_dict(model.census), "as `sparknb model add` wrote it into the model's params"
     return None, (f"no census: neither the params' checkpoint nor the server's path ({root or 'not given'}) can be "
@@ -221,10 +221,10 @@ def from_hub(repo_id: str | None) -> str | None:
     return str(found) if found is not None else None
 
 
-def _readable(path: str | None, base) -> Path | None:
-    if not path:
-        return None
-    for p in (Path(path).expanduser(), base / path):
-        if p.exists():
-            return p
+def readable(paths: Iterable[str | None], base: Path | None = None) -> Path | None:
+    """The first of `paths` this box can read (a relative one also under `base`), or None."""
+    for path in filter(None, paths):
+        for p in (Path(path).expanduser(), *([base / path] if base else [])):
+            if p.exists():
+                return p
     return None
