@@ -71,8 +71,6 @@ class Census:
     file_bytes: int
     tensor_bytes: int
     every_token: int
-    in_part: float  # per token: top-k of n routed experts, one embedding row, the head
-    not_read: int  # on disk, never read by a plain decode step
     experts: dict  # {"bytes": on disk, "per_token": read, "used": k, "of": n}
     embedding: dict  # {"bytes": ..., "per_token": ..., "tied": bool}
     head: dict  # {"bytes": ..., "per_token": ...}
@@ -81,11 +79,22 @@ class Census:
     notes: tuple[str, ...] = ()
 
     @property
+    def in_part(self) -> float:
+        """Read in part per token: top-k of n routed experts, one embedding row, the head."""
+        return self.experts["per_token"] + self.embedding["per_token"] + self.head["per_token"]
+
+    @property
+    def not_read(self) -> int:
+        """On disk, never read by a plain decode step."""
+        return sum(self.not_read_parts.values())
+
+    @property
     def bytes_per_token(self) -> float:
         return self.every_token + self.in_part
 
     def as_dict(self) -> dict:
-        return asdict(self) | {"bytes_per_token": self.bytes_per_token, "kv_bytes_per_token": self.kv.bytes_per_token}
+        return asdict(self) | {"in_part": self.in_part, "not_read": self.not_read,
+                               "bytes_per_token": self.bytes_per_token, "kv_bytes_per_token": self.kv.bytes_per_token}
 
     @classmethod
     def from_dict(cls, d: dict) -> Census:
@@ -124,9 +133,8 @@ def count(ck: Checkpoint, cache_dtype: str | None = None, cache_source: str = ""
     every = sum(t.nbytes for t in by("every"))
     notes = (("no sliding window is read from a GGUF: every layer is counted at the full context",)
              if ck.layout == "gguf" else ())
-    return Census(ck.path, ck.layout, ck.file_bytes, sum(t.nbytes for t in ck.tensors), every,
-                  experts["per_token"] + embedding["per_token"] + head["per_token"], sum(not_read.values()),
-                  experts, embedding, head, not_read, kv(shape, cache_dtype, cache_source), notes)
+    return Census(ck.path, ck.layout, ck.file_bytes, sum(t.nbytes for t in ck.tensors), every, experts, embedding,
+                  head, not_read, kv(shape, cache_dtype, cache_source), notes)
 
 
 def _kind(t: Tensor, shape: Shape) -> str:
