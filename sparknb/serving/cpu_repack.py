@@ -75,17 +75,23 @@ def _run(bench: Path, model: Path, extra: list[str]) -> int:
 
 def describe_exit(code: int) -> str:
     """-11 (subprocess's way of saying a signal ended it) -> '-11 (killed by SIGSEGV)'; others as they are."""
+    name = _signal(code)
+    return f"{code} (killed by {name})" if name else str(code)
+
+
+def _signal(code: int) -> str | None:
+    """The name of the signal a negative return code says ended the process; None where none did."""
     try:
-        return f"{code} (killed by {signal.Signals(-code).name})" if code < 0 else str(code)
+        return signal.Signals(-code).name if code < 0 else None
     except ValueError:
-        return str(code)
+        return None
 
 
 def crash_cause(start: tuple[str, ...] | list[str], code: int) -> str:
     """Why a server died at start-up by a signal, and the fix, where its command tells; '' where not a signal."""
     if code >= 0:
         return ""
-    how = f"killed by {describe_exit(code).split('by ')[-1].rstrip(')')}"
+    how = f"killed by {_signal(code) or code}"
     llama = bool(start) and Path(start[0]).name.startswith("llama-")
     if code in (-signal.SIGSEGV, -signal.SIGILL) and llama and FLAG not in start:
         return (f"{how}: llama.cpp repacks quantized weights for the instruction sets the CPU advertises, and a "
