@@ -17,6 +17,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+from .llama_server import bench_beside
 from .tiny_models import cache_root
 
 PROBE_S = 120
@@ -35,7 +36,7 @@ def probe(binary: Path, model: Path) -> dict:
     key = _key(binary, model)
     seen = _read(memory)
     if key not in seen:
-        seen[key] = _bench(binary.with_name("llama-bench"), model)
+        seen[key] = _bench(bench_beside(binary), binary, model)
         memory.parent.mkdir(parents=True, exist_ok=True)
         tmp = memory.with_name(f".{memory.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(_read(memory) | {key: seen[key]}, indent=1) + "\n")
@@ -56,9 +57,9 @@ def _read(memory: Path) -> dict:
         return {}
 
 
-def _bench(bench: Path, model: Path) -> dict:
-    if not bench.is_file():
-        return {"crashes": False, "how": f"not probed: no llama-bench beside the server ({bench})"}
+def _bench(bench: Path | None, server: Path, model: Path) -> dict:
+    if bench is None:
+        return {"crashes": False, "how": f"not probed: no llama-bench beside the server ({server})"}
     default, off = _run(bench, model, []), _run(bench, model, ["--repack", "0"])
     crashes = default != 0 and off == 0
     return {"crashes": crashes, "how": f"llama-bench exit {describe_exit(default)} with repacking, "

@@ -64,8 +64,7 @@ class Binary:
 
     def bench(self) -> Path | None:
         """llama-bench beside it, where there is one."""
-        path = self.path.with_name("llama-bench")
-        return path if path.is_file() and os.access(path, os.X_OK) else None
+        return bench_beside(self.path)
 
     def version(self, timeout: float = 30) -> str:
         """What `llama-server --version` says (version, commit, compiler); empty where it says nothing."""
@@ -75,6 +74,12 @@ class Binary:
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"(--version failed: {e})"
         return " ".join((done.stdout + done.stderr).split())[:300]
+
+
+def bench_beside(server: Path) -> Path | None:
+    """llama-bench beside a llama-server, where there is one (the pinned build makes both)."""
+    path = server.with_name("llama-bench")
+    return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
 def build_key() -> str:
