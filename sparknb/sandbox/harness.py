@@ -26,8 +26,8 @@ CLONE_NEWUSER = 0x10000000
 
 
 def enclose(setup: dict) -> None:
-    """As root of the program's own mount namespace: a tmpfs of `size` bytes over each writable place, then
-    the program's own uid (owning nothing else) with no way back to privilege."""
+    """As root of the program's own mount namespace: a tmpfs of `size` bytes over each writable place (the folders
+    the launch found), then the program's own uid (owning nothing else) with no way back to privilege."""
     if not setup.get("mounts") and setup.get("uid") is None:
         return
     import ctypes
@@ -37,7 +37,7 @@ def enclose(setup: dict) -> None:
     for place in setup.get("mounts", ()):
         owner = f",uid={uid},gid={uid}" if uid is not None and place == setup["home"] else ""
         options = f"size={setup['size']},mode=1777{owner}".encode()
-        if os.path.isdir(place) and libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options):
+        if libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options):
             raise OSError(ctypes.get_errno(), f"mounting a tmpfs on {place}: {os.strerror(ctypes.get_errno())}")
     if uid is not None:
         os.setgroups([])
