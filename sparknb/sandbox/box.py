@@ -191,6 +191,8 @@ class Sandbox:
             proc = subprocess.Popen((GATE if cgroup else []) + launch.argv + harness, stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(report_w, nonce_r),
                                     env=env, cwd=folder, start_new_session=True, **_as(launch.user))
+            if cgroup:
+                _enter(cgroup, proc)
         except OSError:
             for fd in (report_r, nonce_w):
                 os.close(fd)
@@ -198,15 +200,6 @@ class Sandbox:
         finally:
             os.close(report_w)
             os.close(nonce_r)
-        if cgroup:
-            try:
-                cgroup.enter(proc.pid)
-            except OSError:
-                proc.kill()  # still at the gate: it has run nothing
-                proc.communicate()
-                for fd in (report_r, nonce_w):
-                    os.close(fd)
-                raise
         return proc, report_r, nonce_w
 
     def _end(self, proc: subprocess.Popen, cgroup: fence.Cgroup | None, uid: int | None) -> float | None:
@@ -242,6 +235,17 @@ class Sandbox:
             yield folder
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _enter(cgroup: fence.Cgroup, proc: subprocess.Popen) -> None:
+    """The launcher into its cgroup while it waits at the gate; one that cannot be moved is killed there, having
+    run nothing."""
+    try:
+        cgroup.enter(proc.pid)
+    except OSError:
+        proc.kill()
+        proc.communicate()
+        raise
 
 
 def _reap(proc: subprocess.Popen) -> float | None:
