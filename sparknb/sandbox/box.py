@@ -161,7 +161,7 @@ class Sandbox:
 
     def _run(self, launch: Launch, uid: int | None, folder: str, program: str, watch: str | None, t0: float,
              limits: Limits) -> Result:
-        cgroup = fence.Cgroup(self.cgroups) if self.cgroups else None
+        cgroup = fence.Cgroup.make(self.cgroups) if self.cgroups else None
         try:
             proc, report, nonce = self._start(launch, folder, watch, cgroup, limits)
         except OSError as e:

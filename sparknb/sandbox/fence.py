@@ -54,8 +54,7 @@ def clear_stale(root: Path) -> None:
     grader would otherwise sleep on: it uses no CPU time)."""
     for folder in root.glob("sparknb-sandbox-*-*"):
         if not Path(f"/proc/{folder.name.split('-')[2]}").exists():
-            stale = Cgroup.__new__(Cgroup)
-            stale.path = folder
+            stale = Cgroup(folder)
             try:
                 stale.kill()
                 stale.wait_empty()
@@ -67,9 +66,15 @@ def clear_stale(root: Path) -> None:
 class Cgroup:
     """One program's cgroup: made empty, the launcher moved in before it runs anything, killed whole."""
 
-    def __init__(self, root: Path):
-        self.path = root / f"sparknb-sandbox-{os.getpid()}-{next(_count)}"
-        self.path.mkdir()
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def make(cls, root: Path) -> Cgroup:
+        """A new, empty cgroup under `root`, named for this process (clear_stale knows it by that name)."""
+        path = root / f"sparknb-sandbox-{os.getpid()}-{next(_count)}"
+        path.mkdir()
+        return cls(path)
 
     def enter(self, pid: int) -> None:
         (self.path / "cgroup.procs").write_text(str(pid))
