@@ -13,8 +13,9 @@ import yaml
 
 from .boxes import campaign
 from .errors import ParamsError, SparknbError
+from .runs import manifest
 from .runs.execute import Interrupted, run_notebook, seal_interrupted
-from .runs.params import load_model
+from .runs.params import TESTBED_ENGINES, load_model
 from .runs.redaction import redact
 from .runs.run import MANIFEST
 from .runs.signing import NAMESPACE, allowed_signers

@@ -15,8 +15,8 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from ..endpoint.client import Endpoint, ServerInfo
 from ..endpoint.prompts import filler
-from ..endpoint.prompts import filler
 from ..errors import ParamsError
+from ..runs import params, plan
 from ..runs.plan import COMPARED, IGNORED
 from ..runs.report import Finding, info, warning
 from ..runs.run import PastRun, measured

@@ -30,7 +30,6 @@ import numpy as np
 
 from ..runs.report import first_line
 from ..runs.run import PastRun
-from ..runs.run import PastRun
 from . import stats
 
 if TYPE_CHECKING:

@@ -7,6 +7,7 @@ server's time (tables), so a burst is never read as speed.
 """
 
 from ...runs.study import BURST, drifts
+from ..registry import Contract
 from .compare import compare
 from .findings import findings
 from .headline import headline_rows, speeds
