@@ -287,9 +287,8 @@ def from_runs(a: PastRun, b: PastRun, a_right: Mapping, b_right: Mapping, drawn:
     ids = a_order(a, a_right, drawn)
     design = design_of(b.settings, len(ids))
     held = summary(PairedSequence.replay(in_order(ids, a_right, b_right), design), pace(b), len(ids), unit)
-    i = held["interval"]
     told_by = needed_text(held) if held["outcome"] == "cannot tell" else ""
-    return Interval(i["estimate"], i["low"], i["high"], i["level"], i["method"]), held["questions"], told_by, held
+    return Interval(**held["interval"]), held["questions"], told_by, held
 
 
 def a_order(a: PastRun, a_right: Mapping, drawn: str = "questions") -> list[str]:
