@@ -186,7 +186,7 @@ def test_auto_falls_back_to_the_demo_questions_named_as_what_they_are(tmp_path, 
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
     dataset = m.load("auto")
     assert dataset.name == "sparknb demo questions" and "MMLU-Pro" not in dataset.name
-    assert len(dataset.test) == 28 and dataset.validation == ()
-    assert len(dataset.categories) == 14  # two questions for each of MMLU-Pro's categories
+    assert len(dataset.test) == 84 and dataset.validation == ()
+    assert dataset.sizes() == dict.fromkeys(dataset.categories, 6) and len(dataset.categories) == 14  # MMLU-Pro's 14
     assert dataset.notes[0].startswith("NOT MMLU-Pro: MMLU-Pro could not be had")
     assert all(q.answer in m.LETTERS[:len(q.options)] for q in dataset.test)
