@@ -66,7 +66,10 @@ def accuracy(correct: int, n: int, level: float = 0.95) -> Interval:
     if not 0 <= correct <= n:
         raise ValueError(f"correct must be between 0 and n={n}; got {correct}")
     low, high = proportion_confint(correct, n, alpha=1 - level, method="wilson")
-    return Interval(correct / n, float(low), float(high), level, "Wilson score")
+    # statsmodels' bounds miss 0 and 1 by rounding (0 of 7 right: low 2.8e-17), which put the estimate outside its
+    # own interval and made matplotlib refuse the error bars of an MMLU-Pro run with a category at 0.
+    estimate = correct / n
+    return Interval(estimate, min(float(low), estimate), max(float(high), estimate), level, "Wilson score")
 
 
 def stratified(counts: Mapping[str, tuple[int, int]], weights: Mapping[str, float],
