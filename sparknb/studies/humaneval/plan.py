@@ -21,6 +21,7 @@ from ...runs import plan
 from ...runs.plan import COMPARED, IGNORED, RESUMED
 from ...runs.run import PastRun
 from ...verdicts import sequential
+from ..batch.plan import Concurrency, MaxTokens, Stop, Temperature, TrapShare
 from ..batch.sequence import Sequential, live, ordered
 from .compare import passes
 from .data import Dataset, Problem, load, select
@@ -45,13 +46,11 @@ class Plan(Sequential):
         "given, continued)")
     samples: Annotated[int, COMPARED, RESUMED] = Field(1, ge=1, description="answers per problem, 1 or more; above 1 "
                                                        "gives pass@k")
-    max_tokens: Annotated[int, COMPARED, RESUMED] = Field(8192, ge=1, description="the longest answer in tokens, "
-                                                          "reasoning included, 1 or more")
-    temperature: Annotated[float, COMPARED, RESUMED] = Field(0.0, ge=0, le=2, description="between 0 and 2; 0 is "
-                                                             "greedy")
-    stop: Annotated[list[Annotated[str, Field(min_length=1)]], COMPARED, RESUMED] = Field(
+    max_tokens: MaxTokens
+    temperature: Temperature
+    stop: Stop = Field(
         [], description="a list of non-empty stop strings, e.g. ['\\ndef', '\\nclass', '\\nif', '\\nprint']; none by default")
-    concurrency: Annotated[int, IGNORED] = Field(8, ge=1, description="requests in flight at once, 1 or more")
+    concurrency: Concurrency
     isolation: Annotated[Literal["bubblewrap", "namespaces", "rlimits"], RESUMED] = Field(
         "bubblewrap", description="bubblewrap, or a weaker level asked for on purpose: namespaces (the host's files "
         "visible) or rlimits (the network reachable)")
@@ -62,8 +61,7 @@ class Plan(Sequential):
     memory_mb: Annotated[int, RESUMED] = Field(2048, ge=256, description="address space a program may use in MB, 256 "
                                                "or more")
     sandboxes: Annotated[int, IGNORED] = Field(2, ge=1, description="programs run at once, 1 or more")
-    trap_share: Annotated[float, IGNORED] = Field(0.05, ge=0, lt=1, description="a fraction between 0 and 1, e.g. "
-                                                  "0.05")
+    trap_share: TrapShare
     resume_from: Annotated[str, IGNORED] = Field("", description="an earlier humaneval run folder or run id")
     compare_with: Annotated[str, IGNORED] = Field("", description="another humaneval run folder or run id on the same "
                                                   "problems")

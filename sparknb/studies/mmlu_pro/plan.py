@@ -20,6 +20,7 @@ from ...runs import plan
 from ...runs.plan import COMPARED, IGNORED, RESUMED
 from ...runs.run import PastRun
 from ...verdicts import sequential
+from ..batch.plan import Concurrency, MaxTokens, Stop, Temperature, TrapShare
 from ..batch.sequence import Sequential, live, ordered
 from .data import Dataset, Question, draw, load, load_suite
 from .grading import answered, frame
@@ -40,18 +41,16 @@ class Plan(Sequential):
     shots: Annotated[int, COMPARED, RESUMED] = Field(5, ge=0, le=5, description="worked examples per prompt, 0 to 5: "
                                                      "the validation split has 5 per category")
     suite: str = Field("", description="a JSONL file of your own questions, or empty for MMLU-Pro")
-    max_tokens: Annotated[int, COMPARED, RESUMED] = Field(8192, ge=1, description="the longest answer in tokens, "
-                                                          "reasoning included, 1 or more")
-    temperature: Annotated[float, COMPARED, RESUMED] = Field(0.0, ge=0, le=2, description="between 0 and 2; 0 is "
-                                                             "greedy")
+    max_tokens: MaxTokens
+    temperature: Temperature
     prompt_format: Annotated[Literal["sparknb", "lm-eval"], COMPARED, RESUMED] = Field(
         "sparknb", description='"sparknb" (one user turn, the "N/A" padding left out) or "lm-eval": lm-evaluation-'
         "harness's mmlu_pro request under --apply_chat_template, byte for byte (the lm-eval rule set's score is what "
         "lm-eval would print only then)")
-    stop: Annotated[list[Annotated[str, Field(min_length=1)]], COMPARED, RESUMED] = Field(
+    stop: Stop = Field(
         [], description="a list of non-empty stop strings, e.g. ['Question:']; none by default")
-    concurrency: Annotated[int, IGNORED] = Field(8, ge=1, description="requests in flight at once, 1 or more")
-    trap_share: Annotated[float, IGNORED] = Field(0.05, ge=0, lt=1, description="a fraction between 0 and 1, e.g. 0.05")
+    concurrency: Concurrency
+    trap_share: TrapShare
     resume_from: Annotated[str, IGNORED] = Field("", description="an earlier mmlu_pro run folder or run id")
     compare_with: Annotated[str, IGNORED] = Field("", description="another mmlu_pro run folder or run id on the same "
                                                   "questions")
