@@ -9,7 +9,7 @@ before the run lock is taken or a folder made. A sandbox that cannot be had stop
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -17,12 +17,10 @@ from pydantic import Field, model_validator
 from ... import sandbox as sb
 from ...endpoint.client import Endpoint, ServerInfo
 from ...errors import DataError, ParamsError
-from ...runs import plan
 from ...runs.plan import COMPARED, IGNORED, RESUMED
 from ...runs.run import PastRun
-from ...verdicts import sequential
-from ..batch.plan import Concurrency, MaxTokens, Stop, Temperature, TrapShare
-from ..batch.sequence import Sequential, live, ordered
+from ..batch.plan import Concurrency, MaxTokens, Past, Prepared, Stop, Temperature, TrapShare, compare_with, resume_from
+from ..batch.sequence import Sequential, ordered
 from .compare import passes
 from .data import Dataset, Problem, load, select
 from .grading import is_graded
@@ -62,9 +60,8 @@ class Plan(Sequential):
                                                "or more")
     sandboxes: Annotated[int, IGNORED] = Field(2, ge=1, description="programs run at once, 1 or more")
     trap_share: TrapShare
-    resume_from: Annotated[str, IGNORED] = Field("", description="an earlier humaneval run folder or run id")
-    compare_with: Annotated[str, IGNORED] = Field("", description="another humaneval run folder or run id on the same "
-                                                  "problems")
+    resume_from: Past = resume_from(NOTEBOOK)
+    compare_with: Past = compare_with(NOTEBOOK, "problems")
     target_half_width: Annotated[float, IGNORED] = Field(0.05, gt=0, lt=1, description="a fraction, e.g. 0.05 for "
                                                          "5 points")
 
@@ -91,17 +88,11 @@ Item = tuple[Problem, int]  # a problem and the number of its sample
 
 
 @dataclass
-class Work(plan.Prepared):
+class Work(Prepared[Plan, Dataset]):
     """Everything decided before the first request: the problems, the sandbox, reused answers."""
 
-    plan: Plan
-    model: str
-    dataset: Dataset
     problems: list[Problem]
     sandbox: sb.Sandbox
-    reused: list[dict] = field(default_factory=list)
-    longest: tuple[str, int] | None = None  # (problem, tokens) of the longest prompt to ask, once measured
-    live: sequential.Live | None = None  # a sequential run against compare_with: stops the batch once decided
 
     @property
     def ids(self) -> list[str]:
@@ -126,10 +117,7 @@ class Work(plan.Prepared):
 
     def check_server(self, server: ServerInfo, endpoint: Endpoint) -> None:
         """Before the lock is taken: the longest prompt plus max_tokens must fit the model's context."""
-        limit = server.max_model_len
-        if limit is not None and self.plan.max_tokens >= limit:
-            raise ParamsError(f"max_tokens={self.plan.max_tokens} leaves no room for a prompt in {server.model}'s "
-                              f"max_model_len of {limit}. Lower max_tokens.")
+        limit = self.room(server)
         todo = list({p.id: p for p, _ in self.todo()}.values())
         if not todo:
             return
@@ -159,14 +147,8 @@ def prepare(plan: Plan, model: str, dataset: Dataset | None = None) -> Work:
     dataset = dataset if dataset is not None else load(plan.suite)
     problems = select(dataset, plan.problems, plan.limit)
     box = sb.Sandbox.open(plan.isolation, plan.python, plan.limits())
-    work = Work(plan, model, dataset, problems, box)
-    if plan.resumed is not None:
-        work.reused = _reusable(plan.resumed, work)
-    if plan.other is not None:
-        _check_comparable(plan.other, work)
-    if plan.sequential and plan.other is not None:
-        work.live = live(plan, passes(plan.other.records), work.reused, "problem", "passed")
-    return work
+    return Work(plan, model, dataset, problems, box).matched(_reusable, _check_comparable,
+                                                             lambda other: passes(other.records), "problem", "passed")
 
 
 def _reusable(past: PastRun, work: Work) -> list[dict]:
@@ -177,17 +159,13 @@ def _reusable(past: PastRun, work: Work) -> list[dict]:
 
 
 def _check_comparable(other: PastRun, work: Work) -> None:
-    theirs, ours = set(map(str, other.settings.get("problem_ids", []))), set(work.ids)
-    if theirs != ours:
-        raise DataError(f"compare_with {other.id} asked other problems: {len(theirs - ours)} of its {len(theirs)} are "
-                        f"not asked here and {len(ours - theirs)} of these {len(ours)} are not in it. Ask the same "
-                        f"problems (it had limit={other.settings.get('limit')}, problems="
-                        f"{other.settings.get('problems')}, suite={other.settings.get('suite')!r}) to compare.")
+    work.same_items(other, "asked here", f"Ask the same problems (it had limit={other.settings.get('limit')}, "
+                    f"problems={other.settings.get('problems')}, suite={other.settings.get('suite')!r}) to compare.")
     if other.settings.get("dataset_sha256") != work.dataset.sha256:
         raise DataError(f"compare_with {other.id} read other data ({other.settings.get('dataset_sha256')}, here "
                         f"{work.dataset.sha256}): the same ids may not be the same problems.")
     graded = {str(r["problem"]) for r in other.records if is_graded(r) and int(r.get("sample", 0)) == 0}
-    missing = ours - graded
+    missing = set(work.ids) - graded
     if missing and not work.plan.sequential:  # a sequential run asks only what the other answered, in its order
-        raise DataError(f"compare_with {other.id} has no graded answer to {len(missing)} of the {len(ours)} problems. "
-                        f"Finish it first: run it again with resume_from={other.id!r}.")
+        raise DataError(f"compare_with {other.id} has no graded answer to {len(missing)} of the {len(work.ids)} "
+                        f"problems. Finish it first: run it again with resume_from={other.id!r}.")

@@ -9,19 +9,17 @@ lock is taken or a folder made.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
 from ...endpoint.client import Endpoint, ServerInfo
 from ...errors import DataError, ParamsError
-from ...runs import plan
 from ...runs.plan import COMPARED, IGNORED, RESUMED
 from ...runs.run import PastRun
-from ...verdicts import sequential
-from ..batch.plan import Concurrency, MaxTokens, Stop, Temperature, TrapShare
-from ..batch.sequence import Sequential, live, ordered
+from ..batch.plan import Concurrency, MaxTokens, Past, Prepared, Stop, Temperature, TrapShare, compare_with, resume_from
+from ..batch.sequence import Sequential, ordered
 from .data import Dataset, Question, draw, load, load_suite
 from .grading import answered, frame
 from .prompt import messages
@@ -51,25 +49,18 @@ class Plan(Sequential):
         [], description="a list of non-empty stop strings, e.g. ['Question:']; none by default")
     concurrency: Concurrency
     trap_share: TrapShare
-    resume_from: Annotated[str, IGNORED] = Field("", description="an earlier mmlu_pro run folder or run id")
-    compare_with: Annotated[str, IGNORED] = Field("", description="another mmlu_pro run folder or run id on the same "
-                                                  "questions")
+    resume_from: Past = resume_from(NOTEBOOK)
+    compare_with: Past = compare_with(NOTEBOOK, "questions")
     target_half_width: Annotated[float, IGNORED] = Field(0.02, gt=0, lt=1, description="a fraction, e.g. 0.02 for 2 "
                                                          "points")
 
 
 @dataclass
-class Work(plan.Prepared):
+class Work(Prepared[Plan, Dataset]):
     """Everything decided before the first request: the questions, their prompts, reused answers."""
 
-    plan: Plan
-    model: str
-    dataset: Dataset
     questions: list[Question]
     prompts: dict[str, list[dict]]  # each question's chat messages, in the plan's prompt format
-    reused: list[dict] = field(default_factory=list)
-    longest: tuple[str, int] | None = None  # (question, tokens) of the longest prompt to ask, once measured
-    live: sequential.Live | None = None  # a sequential run against compare_with: stops the batch once decided
 
     @property
     def ids(self) -> list[str]:
@@ -99,10 +90,7 @@ class Work(plan.Prepared):
     def check_server(self, server: ServerInfo, endpoint: Endpoint) -> None:
         """Before the lock is taken: every prompt to be asked, measured by the server's own tokenizer with
         the chat template, plus max_tokens must fit the context, or the server would refuse it halfway."""
-        limit = server.max_model_len
-        if limit is not None and self.plan.max_tokens >= limit:
-            raise ParamsError(f"max_tokens={self.plan.max_tokens} leaves no room for a prompt in {server.model}'s "
-                              f"max_model_len of {limit}. Lower max_tokens.")
+        limit = self.room(server)
         todo = self.todo()
         if not todo:
             return
@@ -137,14 +125,8 @@ def prepare(plan: Plan, model: str, dataset: Dataset | None = None) -> Work:
     else:
         questions = draw(dataset, plan.per_category, plan.seed)
         prompts = {q.id: messages(q, dataset.examples(q.category, plan.shots), plan.prompt_format) for q in questions}
-    work = Work(plan, model, dataset, questions, prompts)
-    if plan.resumed is not None:
-        work.reused = _reusable(plan.resumed, work)
-    if plan.other is not None:
-        _check_comparable(plan.other, work)
-    if plan.sequential and plan.other is not None:
-        work.live = live(plan, right(plan.other), work.reused, "question_id", "correct")
-    return work
+    return Work(plan, model, dataset, questions, prompts).matched(_reusable, _check_comparable, right, "question_id",
+                                                                  "correct")
 
 
 def right(run: PastRun) -> dict[str, bool]:
@@ -160,14 +142,10 @@ def _reusable(past: PastRun, work: Work) -> list[dict]:
 
 
 def _check_comparable(other: PastRun, work: Work) -> None:
-    theirs, ours = set(map(str, other.settings.get("questions", []))), set(work.ids)
-    if theirs != ours:
-        raise DataError(f"compare_with {other.id} asked other questions: {len(theirs - ours)} of its "
-                        f"{len(theirs)} are not in this draw and {len(ours - theirs)} of these {len(ours)} are "
-                        f"not in it. It was drawn with per_category={other.settings.get('per_category')}, "
-                        f"seed={other.settings.get('seed')}, suite={other.settings.get('suite')!r}; draw the same "
-                        "way to compare.")
-    missing = ours - set(answered(other.records))
+    work.same_items(other, "in this draw", f"It was drawn with per_category={other.settings.get('per_category')}, "
+                    f"seed={other.settings.get('seed')}, suite={other.settings.get('suite')!r}; draw the same way to "
+                    "compare.")
+    missing = set(work.ids) - set(answered(other.records))
     if missing and not work.plan.sequential:  # a sequential run asks only what the other answered, in its order
-        raise DataError(f"compare_with {other.id} has no finished answer to {len(missing)} of the {len(ours)} "
+        raise DataError(f"compare_with {other.id} has no finished answer to {len(missing)} of the {len(work.ids)} "
                         f"questions. Finish it first: run it again with resume_from={other.id!r}.")
