@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 
 from ...runs.run import PastRun
-from ...verdicts import sequential, stats
-from ...verdicts.verdict import Row, Runs, caveats, median_row
+from ...verdicts import stats
+from ...verdicts.verdict import Row, Runs, median_row
 from .. import registry
-from ..batch import sequence
+from ..batch.headline import graded_rows
 from .grading import frame
 from .plan import Plan
 
@@ -34,37 +34,9 @@ def headline_rows(runs: Runs) -> list[Row]:
     if base not in graded:
         return []
     study = label(mine[base])
-    doubts = {s: caveats(mine[s]) for s in graded}
-    accuracy = {s: stats.accuracy(int(g["correct"].sum()), len(g)) for s, g in graded.items()}
-    rows = [Row(study, "accuracy % (all answered questions)", {s: 100 * a.estimate for s, a in accuracy.items()},
-                {s: len(g) for s, g in graded.items()}, role="context", better="none",
-                note="; ".join(f"{s} {a.points()} of {len(graded[s])}" for s, a in accuracy.items()))]
-    differences, n, needed, notes, sequences = {}, {}, {}, [], {}
-    for s, g in graded.items():
-        if s == base:
-            continue
-        held = sequence.held(mine[base], mine[s], graded[base]["correct"], g["correct"], Plan)
-        if held is not None:
-            differences[s], n[s], needed[s], sequences[s] = held
-            notes.append(f"{s}: {sequential.told(held[3])}")
-            continue
-        common = [q for q in graded[base].index if q in g.index]
-        if not common:
-            notes.append(f"{s} answered none of {base}'s questions: no paired comparison")
-            continue
-        pairs = stats.Pairs.of(g.loc[common, "correct"].astype(bool).tolist(),
-                               graded[base].loc[common, "correct"].astype(bool).tolist())
-        differences[s], n[s] = stats.paired_difference(pairs), pairs.n
-        n[base] = min(n.get(base, pairs.n), pairs.n)
-        needed[s] = (f"+/-{100 * HALF_WIDTH:.0f} points would need about "
-                     f"{stats.questions_needed(pairs, HALF_WIDTH):,} questions" if pairs.discordant
-                     else "they never disagreed: no sample size would show a difference they did not make")
-        notes.append(f"{s} on {pairs.n} shared questions: McNemar p = {stats.mcnemar(pairs).pvalue:.3g}, "
-                     f"{pairs.discordant} discordant")
-    if differences:
-        rows.append(Row(study, "paired difference in accuracy (points)", {s: None for s in graded}, n, differences,
-                        kind="difference", caveats=doubts, needed=needed, note="; ".join(notes),
-                        not_comparable=Plan.same({s: mine[s] for s in graded}), sequences=sequences))
+    rights = {s: dict(g["correct"]) for s, g in graded.items()}
+    rows = graded_rows(study, ("accuracy % (all answered questions)", "accuracy"), rights, mine, base, Plan,
+                       HALF_WIDTH)
     return rows + batch_rows(runs, study)
 
 

@@ -1,0 +1,62 @@
+"""A graded study's rows of the comparison, the same for every graded study: its score per model (context), and
+the paired difference on the items both answered (the row that decides), from a sequential run's own sequence
+where it was asked so, with what a narrower interval would need."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ...runs.run import PastRun
+from ...verdicts import sequential, stats
+from ...verdicts.verdict import Row, caveats
+from . import sequence
+
+
+def graded_rows(study: str, score: tuple[str, str], rights: Mapping[str, Mapping[str, bool]],
+                mine: Mapping[str, PastRun], base: str, plan: type[sequence.Sequential], half_width: float, *,
+                interval: str = "", holds: str = "") -> list[Row]:
+    """`rights`: each subject's items, right or not, by id; `score`: the share right as its row and the paired
+    difference name it ("accuracy % (all answered questions)", "accuracy"); `interval`: what the scores'
+    intervals are named after each (" (Wilson)"); `holds`: the data, where a wanted
+    half-width may need more items than a run of it has (its settings' dataset_size)."""
+    unit = plan.unit
+    doubts = {s: caveats(mine[s]) for s in rights}
+    rates = {s: stats.accuracy(sum(map(bool, v.values())), len(v)) for s, v in rights.items()}
+    said = "; ".join(f"{s} {a.points()} of {len(rights[s])}{interval}" for s, a in rates.items())
+    rows = [Row(study, score[0], {s: 100 * a.estimate for s, a in rates.items()},
+                {s: len(v) for s, v in rights.items()}, role="context", better="none", note=said)]
+    differences, n, needed, notes, sequences = {}, {}, {}, [], {}
+    for s, v in rights.items():
+        if s == base:
+            continue
+        held = sequence.held(mine[base], mine[s], rights[base], v, plan)
+        if held is not None:  # asked in the base run's order and stopped when decided
+            differences[s], n[s], needed[s], sequences[s] = held
+            notes.append(f"{s}: {sequential.told(held[3])}")
+            continue
+        common = [q for q in rights[base] if q in v]
+        if not common:
+            notes.append(f"{s} answered none of {base}'s {unit}: no paired comparison")
+            continue
+        pairs = stats.Pairs.of([bool(v[q]) for q in common], [bool(rights[base][q]) for q in common])
+        differences[s], n[s] = stats.paired_difference(pairs), pairs.n
+        n[base] = min(n.get(base, pairs.n), pairs.n)
+        available = int(mine[s].settings.get("dataset_size") or len(common)) if holds else None
+        needed[s] = _needed(pairs, half_width, unit, available, holds)
+        notes.append(f"{s} on {pairs.n} shared {unit}: McNemar p = {stats.mcnemar(pairs).pvalue:.3g}, "
+                     f"{pairs.discordant} discordant")
+    if differences:
+        rows.append(Row(study, f"paired difference in {score[1]} (points)", {s: None for s in rights}, n,
+                        differences, kind="difference", caveats=doubts, needed=needed, note="; ".join(notes),
+                        not_comparable=plan.same({s: mine[s] for s in rights}), sequences=sequences))
+    return rows
+
+
+def _needed(pairs: stats.Pairs, half_width: float, unit: str, available: int | None, holds: str) -> str:
+    """What an interval of +/- half_width would need, and where that is more than the data holds."""
+    if not pairs.discordant:
+        return "they never disagreed: no sample size would show a difference they did not make"
+    more = stats.questions_needed(pairs, half_width)
+    return (f"+/-{100 * half_width:.0f} points would need about {more:,} {unit}"
+            + (f", more than the {available} {holds} holds: no run of it can tell these apart"
+               if available is not None and more > available else ""))
