@@ -9,6 +9,7 @@ A's is the true difference. All sequences run together, one answer at a time.
 
     python bench/sequential_sim.py                    # 2,000 sequences per difference, budget 2,000
     python bench/sequential_sim.py --sequences 200    # a quick look
+    python bench/sequential_sim.py --budget 164 --discordance 0.2    # HumanEval: at most its 164 problems
 """
 
 from __future__ import annotations
