@@ -7,12 +7,12 @@ that exits early or prints "passed" is taken for a pass (grading, and the sandbo
 run concurrently, each answer graded and recorded the moment its program ends (measure).
 """
 
-from .compare import Comparison, compare, comparison_markdown, needed_text, passes
+from .compare import Comparison, compare, comparison_markdown, needed_text
 from .data import Dataset, Problem, load, packaged_file, select
 from .findings import findings, summary
 from .headline import headline_rows
 from .grading import CLASSIC_STOPS, CUT, CUT_BY_STOP, HIT_MAX_TOKENS, NO_CODE, REASONS, Answer, Grade, extract, flag
-from .grading import frame, grade, program, strip_thinking
+from .grading import frame, grade, passes, program, strip_thinking
 from .traps import Traps, examples_markdown, traps, verdict_markdown
 from .measure import Asked, Cost, ask, cost
 from .plan import NOTEBOOK, Plan, Work, prepare, prompt_tokens

@@ -7,30 +7,17 @@ data holds, the comparison says so instead of suggesting a run that cannot be ma
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from ...errors import DataError
 from ..batch.ask import Batch
 from ..batch.compare import Paired, batch_speed, comparison_markdown, needed_text, paired
-from .grading import frame
+from .grading import first_answers, frame, passes
+from .plan import Work
 from .traps import traps
 
-if TYPE_CHECKING:  # the plan reads the other run's verdicts here
-    from .plan import Work
-
-__all__ = ["Comparison", "compare", "comparison_markdown", "needed_text", "passes"]
-
-
-def passes(records: list[dict]) -> dict[str, bool]:
-    """Each problem's verdict on its first answer (sample 0), as recorded: the unit of every paired comparison."""
-    return _first(frame(records))
-
-
-def _first(df: pd.DataFrame) -> dict[str, bool]:
-    first = df[df["sample"] == 0]
-    return dict(zip(first["problem"], first["passed"].astype(bool)))
+__all__ = ["Comparison", "compare", "comparison_markdown", "needed_text"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +56,7 @@ def compare(df: pd.DataFrame, work: Work, label: str, batch: Batch | None = None
     other = work.other
     if other is None:
         raise DataError("compare needs compare_with: the folder or run id of another humaneval run.")
-    pairs = paired(_first(df), passes(other.records), other.id, "problem(s)")
+    pairs = paired(first_answers(df), passes(other.records), other.id, "problem(s)")
     return Comparison.of(pairs, label, other, work.plan.target_half_width,
                          traps(other.records, tuple(other.settings.get("stop") or ()), work.plan.trap_share),
                          work.plan.differences(work.settings(), other.settings), batch_speed(batch, other),

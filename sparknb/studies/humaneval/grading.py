@@ -156,3 +156,14 @@ def frame(records: Sequence[dict]) -> pd.DataFrame:
             for r in records if is_graded(r)]
     df = pd.DataFrame(rows, columns=COLUMNS)
     return df.drop_duplicates(["problem", "sample"], keep="last").reset_index(drop=True)
+
+
+def passes(records: list[dict]) -> dict[str, bool]:
+    """Each problem's verdict on its first answer (sample 0), as recorded: the unit of every paired comparison."""
+    return first_answers(frame(records))
+
+
+def first_answers(df: pd.DataFrame) -> dict[str, bool]:
+    """The first answers' verdicts of a frame of graded answers, by problem."""
+    first = df[df["sample"] == 0]
+    return dict(zip(first["problem"], first["passed"].astype(bool)))

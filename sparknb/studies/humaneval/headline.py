@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...verdicts.verdict import Row, Runs
 from ..batch.headline import graded_rows
-from .compare import passes
+from .grading import passes
 from .plan import Plan
 
 HALF_WIDTH = 0.05  # +/- 5 points: a reader's usual wish, and already near what 164 problems allow

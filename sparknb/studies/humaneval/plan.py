@@ -21,9 +21,8 @@ from ...runs.plan import COMPARED, IGNORED, RESUMED
 from ...runs.run import PastRun
 from ..batch.plan import Concurrency, MaxTokens, Past, Prepared, Stop, Temperature, TrapShare, compare_with, resume_from
 from ..batch.sequence import Sequential, ordered
-from .compare import passes
 from .data import Dataset, Problem, load, select
-from .grading import is_graded
+from .grading import is_graded, passes
 from .prompt import chat, completion
 
 NOTEBOOK = "humaneval"
