@@ -204,3 +204,26 @@ def test_the_notebook_and_the_comparison_report_draw_the_sequence_stopping_as_ch
             assert images >= 1 and all(drawn) and page.requests.foreign() == []
     assert "HumanEval: tiny-dense is ahead" in text  # the comparison's verdict, decided by the sequence
     assert verify(b) == [] and verify(report) == []
+
+
+def test_a_campaign_resumes_a_sequential_cell_from_the_run_it_left_halfway(tmp_path):
+    from sparknb.boxes.campaign import Cell, _Progress, _run_cell, resumed
+
+    outputs = tmp_path / "outputs"
+    record = Run.create("campaigns", {"notebook": "campaigns", "cells": []}, outputs=outputs, label="c")
+    cell = Cell("humaneval", "tiny-dense", {"sequential": True, "limit": 20, "concurrency": 1})
+    progress = _Progress(2, quiet)
+    assert resumed(cell, record) == cell  # never tried: asked afresh
+    first = order(IDS[:20], 0)
+    for _, url in fake_coder(fail_on=first[5]):  # the server dies at the sixth problem of the order
+        assert _run_cell(cell, url, record, outputs, progress) is False
+    (tried,) = read_records(record.path)
+    assert tried["status"] == "failed" and verify(tried["run"]) == []
+    again = resumed(cell, record)
+    assert again.parameters == cell.parameters | {"resume_from": tried["run"]}
+    for handler, url in fake_coder():
+        assert _run_cell(again, url, record, outputs, progress) is True
+    done = read_records(record.path)[-1]["run"]
+    kept = [r for r in read_records(done) if r.get("resumed_from")]
+    assert sorted(r["problem"] for r in kept) == sorted(first[:5]) and handler.asked == 15  # only the rest asked
+    assert resumed(cell, record) == cell  # its last try is done: nothing to resume

@@ -144,6 +144,18 @@ def against(cell: Cell, campaign: CampaignParams, record: Run) -> Cell:
     return replace(cell, parameters=cell.parameters | {"compare_with": done[key]}) if key in done else cell
 
 
+def resumed(cell: Cell, record: Run) -> Cell:
+    """A cell planned `sequential` whose last try stopped halfway resumes from that run (resume_from, unless the
+    file gave one): its sequence is fed the answers kept, and only the rest is asked, in the same order."""
+    if not cell.parameters.get("sequential") or cell.parameters.get("resume_from"):
+        return cell
+    tries = [r for r in read_records(record.path) if r.get("cell") == cell.key and r.get("status")]
+    halfway = tries[-1].get("run") if tries and tries[-1]["status"] in ("failed", "interrupted") else None
+    if not halfway or verify(Path(halfway)):  # gone, or no longer what it sealed: asked afresh
+        return cell
+    return replace(cell, parameters=cell.parameters | {"resume_from": halfway})
+
+
 def _open(campaign: CampaignParams, file: str, cells: list[Cell], resume: str,
           outputs: str | Path) -> tuple[Run, dict[str, str]]:
     if not resume:
@@ -178,7 +190,8 @@ def run_here(campaign: CampaignParams, cells: list[Cell], record: Run, outputs: 
         try:
             with serving(model, record) as endpoint:
                 for cell in mine:
-                    failed += not _run_cell(against(cell, campaign, record), endpoint, record, outputs, progress)
+                    cell = resumed(against(cell, campaign, record), record)
+                    failed += not _run_cell(cell, endpoint, record, outputs, progress)
         except SparknbError as e:  # the model could not be served: its cells fail, the next model still runs
             settled = {r.get("cell") for r in read_records(record.path)[ran:] if r.get("status")}
             for cell in (c for c in mine if c.key not in settled):
@@ -236,10 +249,14 @@ def _run_cell(cell: Cell, endpoint: str | None, record: Run, outputs: str | Path
     except Interrupted as e:
         if e.complete:  # Ctrl-C after its last request: the cell is done, and the campaign stops after it
             _done(record, cell, e.folder, time.monotonic() - t0)
+        elif e.folder is not None:  # sealed halfway: a sequential cell resumes from it
+            record.record({"cell": cell.key, "status": "interrupted", "run": str(e.folder)})
         raise
     except SparknbError as e:
         seconds = time.monotonic() - t0
-        record.record({"cell": cell.key, "status": "failed", "reason": str(e), "seconds": seconds})
+        kept = getattr(e, "folder", None)  # the records taken before it failed, sealed: a sequential cell resumes there
+        record.record({"cell": cell.key, "status": "failed", "reason": str(e), "seconds": seconds}
+                      | ({"run": str(kept)} if kept else {}))
         progress.step(cell, f"FAILED after {duration(seconds)}: {str(e).splitlines()[0]}")
         return False
     seconds = time.monotonic() - t0
