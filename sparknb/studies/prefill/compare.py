@@ -16,20 +16,19 @@ from ...machine import fingerprint
 from ...runs.report import Finding, as_records, markdown, warning
 from ...runs.run import PastRun
 from ...runs.study import Study
-from ...verdicts import stats
-from ...verdicts.verdict import caveats, decide
-from .fit import LEVEL, Fit
+from ...verdicts.verdict import Row, caveats, decide
+from .fit import Fit
 from .headline import crossover, crossover_of, ttft_rows
 from .plan import Plan
 from .tables import clean, frame, summarize
 
 
-def ratio_table(frames: dict[str, pd.DataFrame], base: str, level: float = LEVEL, seed: int = 0) -> pd.DataFrame:
+def ratio_table(frames: dict[str, pd.DataFrame], base: str, rows: dict[int, Row] | None = None) -> pd.DataFrame:
     """Median TTFT of every run per length, and each other run's over the base run's, with an interval.
 
-    The interval is a percentile bootstrap over each run's own requests (seeded: the same records
-    always give the same interval). With five requests a side it is rough, but it says when a
-    ratio is too noisy to carry a conclusion.
+    The interval is its row's in the comparison (headline.ttft_rows; `rows` where they are made already): a
+    percentile bootstrap over each run's own requests (seeded: the same records always give the same interval).
+    With five requests a side it is rough, but it says when a ratio is too noisy to carry a conclusion.
     """
     tables = {label: summarize(df) for label, df in frames.items()}
     lengths = {label: list(t.index) for label, t in tables.items()}
@@ -37,8 +36,7 @@ def ratio_table(frames: dict[str, pd.DataFrame], base: str, level: float = LEVEL
         raise DataError("The runs measured different prompt lengths: "
                          + "; ".join(f"{label} {ls}" for label, ls in lengths.items())
                          + ". A ratio needs the same lengths in every run.")
-    ttfts = {label: {n: g["ttft_s"].to_numpy(dtype=float) for n, g in clean(df).groupby("prompt_length")}
-             for label, df in frames.items()}
+    rows = rows or ttft_rows({label: clean(df) for label, df in frames.items()}, {}, base, lambda s, n: ())
     out = pd.DataFrame(index=pd.Index(lengths[base], name="prompt tokens"))
     for label, t in tables.items():
         out[f"{label} TTFT ms"] = t["TTFT ms (median)"]
@@ -47,7 +45,7 @@ def ratio_table(frames: dict[str, pd.DataFrame], base: str, level: float = LEVEL
             continue
         col = f"{label} / {base}"
         out[col] = t["TTFT ms (median)"] / tables[base]["TTFT ms (median)"]
-        bounds = [stats.median_ratio(ttfts[label][n], ttfts[base][n], level, seed) for n in out.index]
+        bounds = [rows[int(n)].ratios[label] for n in out.index]
         out[f"{col} low"], out[f"{col} high"] = [b.low for b in bounds], [b.high for b in bounds]
         # The same ratio from the server's own TTFT: free of whatever held up either client.
         if t["server TTFT ms"].notna().all() and tables[base]["server TTFT ms"].notna().all():
@@ -106,19 +104,24 @@ def compare(df: pd.DataFrame, study: Study, others: Sequence[PastRun], allow_cac
         except (KeyError, TypeError, AttributeError):
             rows = pd.Series({"fingerprint": "incomplete; see its fingerprint.json"})
         prints[label] = pd.concat([pd.Series({"run": run_id}), rows])
-    table = verdicts(ratio_table(frames, base), frames, base, dict(zip(labels[1:], others)), fit, settings)
+    rows = verdict_rows(frames, base, dict(zip(labels[1:], others)), fit, settings)
+    table = verdicts(ratio_table(frames, base, rows), rows, base, labels[1:])
     return Comparison(base, tuple(labels[1:]), tuple(ids[1:]), table, pd.concat(prints, axis=1), tuple(warnings))
 
 
-def verdicts(table: pd.DataFrame, frames: dict[str, pd.DataFrame], base: str, others: dict[str, PastRun],
-             fit: Fit | None, settings: dict | None) -> pd.DataFrame:
-    """Each other run's verdict at each length, decided as the comparison report decides the same row
-    (headline.ttft_rows): a trap below the length where the tokens outweigh the overhead, caveated by the other
-    run's own doubts, not comparable where a setting that changes a TTFT differs."""
+def verdict_rows(frames: dict[str, pd.DataFrame], base: str, others: dict[str, PastRun], fit: Fit | None,
+                 settings: dict | None) -> dict[int, Row]:
+    """The rows the comparison report decides on, as it would read this run once sealed (headline.ttft_rows): a
+    trap below the length where the tokens outweigh the overhead, caveated by the other run's own doubts, not
+    comparable where a setting that changes a TTFT differs."""
     points = {base: crossover_of(fit.as_dict() if fit else None)} | {s: crossover(o) for s, o in others.items()}
     apart = Plan.same({base: settings} | others)
-    rows = ttft_rows({s: clean(f) for s, f in frames.items()}, points, base,
+    return ttft_rows({s: clean(f) for s, f in frames.items()}, points, base,
                      lambda s, n: caveats(others[s], n) if s in others else (), apart)
+
+
+def verdicts(table: pd.DataFrame, rows: dict[int, Row], base: str, others: Sequence[str]) -> pd.DataFrame:
+    """Each other run's verdict at each length, decided on its row as the comparison report decides it."""
     for label in others:
         said = [decide(rows[n], label, base) if n in rows else None for n in table.index]
         table[f"{label} / {base} verdict"] = [d and (f"{d.winner} ahead" if d.winner else d.outcome) for d in said]
