@@ -2,9 +2,9 @@
 
 `sequential: true` asks a run's items in a seeded random order of its draw (by `seed`), up to `budget`; with
 `compare_with`, the run is B: it asks the other run's answered items in that run's order, each graded answer
-feeds the confidence sequence (sparknb.verdicts.sequential), and the batch sends nothing more once it decides. A study
-says which of its settings records the draw's ids (`Sequential.drawn`); the record's field that names an item
-and the one that says it was right are those it hands the batch (`Questions.right`).
+feeds the confidence sequence (sparknb.verdicts.sequential), and the batch sends nothing more once it decides.
+A study says which of its settings records the draw's ids (`Sequential.drawn`) and what an item is called
+(`unit`); the record's fields that name an item and say it was right are those it hands the batch.
 
 The plot of a sequence (its notebook's and the comparison report's) is here too: the interval narrowing as the
 answers arrive, the margin band set before the run, and where it stopped.
