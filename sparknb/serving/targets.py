@@ -75,7 +75,8 @@ def testbed_target(name: str, port: int, *, engine: str = "vllm", api_key: str |
         raise LifecycleError(f"unknown test-bed engine {engine!r}; choose vllm or llama.cpp")
     cache = compile_cache or tiny_models.compile_cache(name)
     return Target(name=name, served_model_name=_served(name), mode="testbed", endpoint=endpoint,
-                  ready_url=f"{endpoint}/models", ready_timeout_s=ready_timeout_s, start=tuple(_vllm(name, port, extra_args)),
+                  ready_url=f"{endpoint}/models", ready_timeout_s=ready_timeout_s,
+                  start=tuple(_vllm(name, port, extra_args)),
                   compile_cache=cache, env=_with_defaults({**(env or {}), **tiny_models.server_env(cpus)}, cache),
                   api_key=api_key, engine=engine)
 
@@ -85,7 +86,8 @@ def _served(name: str) -> str:
 
 
 def _vllm(name: str, port: int, extra_args: tuple[str, ...]) -> list[str]:
-    """vLLM's command: a tiny model's, or the real model's dequantized checkpoint (plain: its speculation is llama's)."""
+    """vLLM's command: a tiny model's, or the real model's dequantized checkpoint (plain: its speculation is
+    llama-server's)."""
     if check_vllm(name) == real_models.SERVED:
         return dequantized.server_command(port, extra_args)
     return tiny_models.server_command(name, port, extra_args)

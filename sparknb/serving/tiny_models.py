@@ -266,7 +266,8 @@ def parameter_counts(name: str) -> dict[str, int]:
 
 def server_command(name: str, port: int, extra_args: Sequence[str] = ()) -> list[str]:
     """The exact command line of a tiny model (see vllm_command)."""
-    return vllm_command(checkpoint(name), name, port, MAX_MODEL_LEN, "bfloat16", [*EXTRA_SERVER_ARGS[name], *extra_args])
+    return vllm_command(checkpoint(name), name, port, MAX_MODEL_LEN, "bfloat16",
+                        [*EXTRA_SERVER_ARGS[name], *extra_args])
 
 
 def vllm_command(model: Path, served: str, port: int, max_model_len: int, dtype: str,
