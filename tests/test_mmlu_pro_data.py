@@ -190,3 +190,7 @@ def test_auto_falls_back_to_the_demo_questions_named_as_what_they_are(tmp_path, 
     assert dataset.sizes() == dict.fromkeys(dataset.categories, 6) and len(dataset.categories) == 14  # MMLU-Pro's 14
     assert dataset.notes[0].startswith("NOT MMLU-Pro: MMLU-Pro could not be had")
     assert all(q.answer in m.LETTERS[:len(q.options)] for q in dataset.test)
+    # drawn as MMLU-Pro is, each category giving what it holds where more is asked: a campaign's per_category holds
+    two = m.draw(dataset, 2)
+    assert len(two) == 28 and [q.category for q in two[:14]] == sorted(dataset.categories)
+    assert len(m.draw(dataset, 20)) == 84 and len(m.draw(dataset, 0)) == 84

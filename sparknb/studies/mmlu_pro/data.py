@@ -202,7 +202,8 @@ def draw(dataset: Dataset, per_category: int = 20, seed: int = 0) -> list[Questi
 
     Each category has its own generator, seeded by (seed, category), so a draw does not depend on
     which other categories exist. The order interleaves the categories, so a run stopped halfway
-    still covers all of them evenly.
+    still covers all of them evenly. The demo's own questions (no validation split, 6 a category) give all a
+    category holds where per_category asks more, so that `dataset: auto` runs offline with MMLU-Pro's settings.
     """
     if not isinstance(per_category, int) or isinstance(per_category, bool) or per_category < 0:
         raise DataError(f"per_category must be a whole number, 0 or more (0 takes the whole test split); "
@@ -214,14 +215,15 @@ def draw(dataset: Dataset, per_category: int = 20, seed: int = 0) -> list[Questi
         chosen = {c: qs for c, qs in sorted(by_cat.items())}
     else:
         small = {c: len(qs) for c, qs in by_cat.items() if len(qs) < per_category}
-        if small:
+        if small and dataset.validation:
             worst = min(small, key=small.get)
             raise DataError(f"per_category={per_category} is more than {worst!r} holds ({small[worst]} questions). "
                             f"Use at most {small[worst]}, or 0 for the whole test split.")
         chosen = {}
         for c, qs in sorted(by_cat.items()):
             ordered = sorted(qs, key=lambda q: _natural(q.id))
-            chosen[c] = sorted(random.Random(f"{seed}:{c}").sample(ordered, per_category), key=lambda q: _natural(q.id))
+            drawn = random.Random(f"{seed}:{c}").sample(ordered, min(per_category, len(qs)))
+            chosen[c] = sorted(drawn, key=lambda q: _natural(q.id))
     longest = max(len(qs) for qs in chosen.values())
     return [qs[i] for i in range(longest) for qs in chosen.values() if i < len(qs)]
 

@@ -119,12 +119,8 @@ def prepare(plan: Plan, model: str, dataset: Dataset | None = None) -> Work:
     """
     if dataset is None:
         dataset = load_suite(plan.suite) if plan.suite else load(plan.dataset)
-    if plan.suite or not dataset.validation:
-        questions = list(dataset.test)
-        prompts = {q.id: messages(q, (), plan.prompt_format) for q in questions}
-    else:
-        questions = draw(dataset, plan.per_category, plan.seed)
-        prompts = {q.id: messages(q, dataset.examples(q.category, plan.shots), plan.prompt_format) for q in questions}
+    questions = list(dataset.test) if plan.suite else draw(dataset, plan.per_category, plan.seed)
+    prompts = {q.id: messages(q, dataset.examples(q.category, plan.shots), plan.prompt_format) for q in questions}
     return Work(plan, model, dataset, questions, prompts).matched(_reusable, _check_comparable, right, "question_id",
                                                                   "correct")
 
