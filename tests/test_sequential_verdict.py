@@ -8,7 +8,9 @@ import zlib
 import numpy as np
 import pytest
 
+from sparknb.runs.report import Finding
 from sparknb.runs.run import Run, verify
+from sparknb.studies.batch.headline import SCORES
 from sparknb.studies import compare
 from sparknb.verdicts import sequential
 from sparknb.verdicts.sequential import order
@@ -19,17 +21,20 @@ from test_compare import fingerprint, headline_of
 QUESTIONS = 400
 
 
-def mmlu_run(tmp_path, model: str, right, order_seed=0, sequential=None, asked=QUESTIONS, failed=False) -> Run:
-    """An mmlu_pro run as the notebook seals it, its questions asked in a seeded order, the first `asked` of it."""
+def mmlu_run(tmp_path, model: str, right, order_seed=0, sequential=None, asked=QUESTIONS, failed=False,
+             words="Reasoning first.", findings=()) -> Run:
+    """An mmlu_pro run as the notebook seals it, its questions asked in a seeded order, the first `asked` of it, each
+    answer `words` and its answer line, the run finding `findings` about itself."""
     settings = {"stop": [], "dataset_name": "MMLU-Pro"} | ({"sequential": sequential} if sequential else {})
     ids = [int(q) for q in order([str(q) for q in range(QUESTIONS)], order_seed)]  # seed 0: A's order
     records = [{"question_id": str(q), "category": "math", "answer": "A", "finish_reason": "stop", "order": position,
-                "text": f"Reasoning first. The answer is ({'A' if right(q) else 'B'})."}
+                "text": f"{words} The answer is ({'A' if right(q) else 'B'})."}
                for position, q in enumerate(ids[:asked])]
-    return sealed(tmp_path, "mmlu_pro", model, settings, records, failed, seconds=3.0)
+    return sealed(tmp_path, "mmlu_pro", model, settings, records, failed, seconds=3.0, findings=findings)
 
 
-def sealed(tmp_path, study: str, model: str, settings: dict, records: list[dict], failed: bool, seconds: float) -> Run:
+def sealed(tmp_path, study: str, model: str, settings: dict, records: list[dict], failed: bool, seconds: float,
+           findings=()) -> Run:
     """A run of `study` as its notebook seals it: these records (timed apart from any other run's), a failure
     where it stopped halfway, and its batch's pace of `seconds` a question."""
     run = Run.create(study, {"notebook": study, "model": {"name": model}, "settings": settings},
@@ -39,8 +44,8 @@ def sealed(tmp_path, study: str, model: str, settings: dict, records: list[dict]
         run.record(r | {"ttft_s": zlib.crc32(f"{model}-{json.dumps(r, sort_keys=True)}".encode()) / 2**32})
     if failed:
         run.write_json("failure.json", {"reason": "the server went away", "records": len(records)})
-    run.write_json("summary.json", {"findings": [], "batch": {"wall_s": seconds * len(records),
-                                                              "asked": len(records)}})
+    batch = {"wall_s": seconds * len(records), "asked": len(records)}
+    run.write_json("summary.json", {"findings": [f.as_dict() for f in findings], "batch": batch})
     run.seal()
     return run
 
@@ -81,6 +86,30 @@ def test_at_the_budget_it_cannot_tell_and_says_what_budget_would(tmp_path):
     assert decide(r, "b", "a").outcome == "cannot tell" and r.sequences["b"]["questions"] == 60
     assert r.sequences["b"]["needed"] > 60 and "would most likely tell" in r.needed["b"]
     assert "would most likely tell" in compare.story(h)
+
+
+# What the mmlu_pro notebook finds of a weak model's answers (its trap and score findings name the scores) and of
+# the demo's own questions (the mark names the questions' name); mmlu_pro.findings writes them so.
+DOUBTS = (Finding("warning", "9 of 84 answers (11%) cannot be taken at face value (hit max_tokens: 9); above 5%, the "
+                  "scores below are marked SUSPECT.", (SCORES,)),
+          Finding("suspect", "Accuracy 19.0% [12.1, 28.7] over 84 questions.", (SCORES,)),
+          Finding("marked", "NOT MMLU-Pro: these are the 84 questions written for sparknb's demo.",
+                  ("the questions' name",)))
+
+
+@pytest.mark.parametrize("b_words, outcome", [
+    ("Reasoning first.", "equivalent"),  # the very same answers: cut alike, graded alike, under any rule set
+    ("Thinking it over.", "caveated"),   # the same letters in other words: a cut could fall on one side only
+])
+def test_doubts_about_the_scores_do_not_doubt_a_difference_between_the_very_same_answers(tmp_path, b_words, outcome):
+    a = mmlu_run(tmp_path, "a", lambda q: q % 2 == 0, findings=DOUBTS)
+    b = mmlu_run(tmp_path, "b", lambda q: q % 2 == 0, sequential={"margin": 0.10}, words=b_words, findings=DOUBTS)
+    h, r = paired_row(tmp_path, a, b)
+    d = decide(r, "b", "a")
+    assert d.outcome == outcome and r.sequences["b"]["outcome"] == "equivalent"
+    reasons = " ".join(d.reasons)
+    assert ("SUSPECT" in reasons) == (outcome == "caveated") and "NOT MMLU-Pro" not in reasons
+    assert ("the same text on both sides" in r.note) == (outcome == "equivalent")
 
 
 def test_the_pairs_follow_the_seeded_order_of_as_questions_not_any_runs_record_order(tmp_path):

@@ -4,7 +4,11 @@ A comparison is only as good as the weakest figure it rests on, so every row car
 here the same way for every study:
 - trusted: nothing in the runs behind it gives a reason to doubt it;
 - caveated: a reason carried from a run's own findings (bursts, a busy machine, drift, outliers, too few
-  samples, speculative decoding on one side only, a run that failed halfway): shown and named, never deciding;
+  samples, speculative decoding on one side only, a run that failed halfway): shown and named, never deciding.
+  A finding that names what it is about (a length, a kind, the scores) caveats only the rows about that: a graded
+  paired difference whose sides gave the very same answer text on every shared item is not doubted by what doubts
+  the scores (cut answers are cut and graded alike on both sides), and a name or a precision out of reach is no
+  doubt of an interval;
 - not comparable: the two figures do not measure the same thing, so no ratio is read from them.
 A model wins a figure only on a trusted row in the role of a verdict whose interval excludes no difference.
 How each kind decides: a ratio where its bootstrap interval lies on one side of 1; a fixed-sample paired

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...runs.report import Finding, duration, info, warning
 from .ask import Batch
 from .compare import BatchSpeed, Paired, needed_text
+from .headline import SCORES
 
 
 def coverage(asked_for: int, graded: int, work, what: str = "questions", figures: str = "the speed figures"
@@ -69,14 +70,16 @@ def comparison_findings(c: Paired) -> list[Finding]:
              f"{c.b}); McNemar's exact test p = {c.test.pvalue:.3g}. "
              + ("The difference is detectable at this size." if detect else
                 "No detectable difference at this size: that is not evidence the two are equal.")),
-        (warning if c.beyond_data else info)(needed[0].upper() + needed[1:] + "."),
+        # a precision out of reach narrows nothing the interval does not already say: loud, but not the row's doubt
+        Finding("warning" if c.beyond_data else "info", needed[0].upper() + needed[1:] + ".", ("precision wanted",)),
     ]
     if c.speed is not None:
         notes += speed_findings(c.speed, c.a, c.b)
     if c.b_traps.tripped:
         b = c.b_traps
-        notes.append(warning(f"the other run's raw answers are suspect too: {b.suspect} of {b.n} are cut or {b.LACKS} "
-                             "(" + ", ".join(f"{k}: {v}" for k, v in b.counts.items() if v) + ")."))
+        notes.append(Finding("warning", f"the other run's raw answers are suspect too: {b.suspect} of {b.n} are cut or "
+                             f"{b.LACKS} (" + ", ".join(f"{k}: {v}" for k, v in b.counts.items() if v) + ").",
+                             (SCORES,)))
     if c.settings_differ:
         notes.append(info("The runs differ in: " + "; ".join(f"{k} ({v['a']!r} here, {v['b']!r} there)"
                                                             for k, v in c.settings_differ.items()) + "."))

@@ -11,6 +11,9 @@ from ...verdicts import sequential, stats
 from ...verdicts.verdict import Row, caveats
 from . import sequence
 
+SCORES = "scores"  # what a finding on the raw answers (cuts, missing answer lines) and the scores is about
+DIFFERENCE = "paired difference"  # what the row that decides is about
+
 
 def graded_rows(study: str, score: tuple[str, str], rights: Mapping[str, Mapping[str, bool]],
                 mine: Mapping[str, PastRun], base: str, plan: type[sequence.Sequential], half_width: float, *,
@@ -20,7 +23,8 @@ def graded_rows(study: str, score: tuple[str, str], rights: Mapping[str, Mapping
     intervals are named after each (" (Wilson)"); `holds`: the data, where a wanted
     half-width may need more items than a run of it has (its settings' dataset_size)."""
     unit = plan.unit
-    doubts = {s: caveats(mine[s]) for s in rights}
+    same = identical(mine, rights, base, plan.key)
+    doubts = {s: caveats(mine[s], DIFFERENCE if same else SCORES) for s in rights}
     rates = {s: stats.accuracy(sum(map(bool, v.values())), len(v)) for s, v in rights.items()}
     said = "; ".join(f"{s} {a.points()} of {len(rights[s])}{interval}" for s, a in rates.items())
     rows = [Row(study, score[0], {s: 100 * a.estimate for s, a in rates.items()},
@@ -45,6 +49,10 @@ def graded_rows(study: str, score: tuple[str, str], rights: Mapping[str, Mapping
         needed[s] = _needed(pairs, half_width, unit, available, holds)
         notes.append(f"{s} on {pairs.n} shared {unit}: McNemar p = {stats.mcnemar(pairs).pvalue:.3g}, "
                      f"{pairs.discordant} discordant")
+    if same:
+        notes.append(f"every answer on the shared {unit} is the same text on both sides: a doubt about the scores (cut "
+                     "answers, missing answer lines) falls on both alike and cannot move the difference; it stays on "
+                     "each score")
     if differences:
         rows.append(Row(study, f"paired difference in {score[1]} (points)", {s: None for s in rights}, n,
                         differences, kind="difference", caveats=doubts, needed=needed, note="; ".join(notes),
@@ -60,3 +68,18 @@ def _needed(pairs: stats.Pairs, half_width: float, unit: str, available: int | N
     return (f"+/-{100 * half_width:.0f} points would need about {more:,} {unit}"
             + (f", more than the {available} {holds} holds: no run of it can tell these apart"
                if available is not None and more > available else ""))
+
+
+def identical(mine: Mapping[str, PastRun], rights: Mapping[str, Mapping[str, bool]], base: str, key: str) -> bool:
+    """Whether every subject gave the base's very answer (its text and reasoning, the first sample) on every item
+    both answered: then a finding about the raw answers or the scores weighs the same on both sides of the paired
+    difference (a cut answer is cut alike and graded alike, under any rule set), and is not the difference's doubt.
+    Different answers keep it: a verbose model cut more often than a terse one is a difference the cut makes."""
+    said = {s: _answers(mine[s], key) for s in rights}
+    shared = [(s, q) for s in rights if s != base for q in rights[s] if q in rights[base]]
+    return bool(shared) and all(q in said[s] and said[s].get(q) == said[base].get(q) for s, q in shared)
+
+
+def _answers(run: PastRun, key: str) -> dict[str, tuple[str, str]]:
+    return {str(r[key]): (r.get("reasoning") or "", r.get("text") or "") for r in run.records
+            if key in r and "text" in r and not r.get("sample")}

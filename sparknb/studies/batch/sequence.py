@@ -38,6 +38,7 @@ class Sequential(plan.Plan):
 
     drawn: ClassVar[str] = "questions"  # the setting a run records its draw's ids in
     unit: ClassVar[str] = "questions"  # what an item is called
+    key: ClassVar[str] = "question_id"  # the field of a record that names its item
     seed: Annotated[int, IGNORED] = Field(0, description="seed of the order a sequential run asks in, a whole "
                                           "number")
     sequential: Annotated[bool, IGNORED] = Field(False, description="true: asked in a seeded random order, and "

@@ -8,6 +8,7 @@ from ... import sandbox as sb
 from ...runs.report import Finding, as_records, duration, info, warning
 from ..batch import rule_sets
 from ..batch.findings import batch_findings, comparison_findings, coverage
+from ..batch.headline import SCORES
 from .compare import Comparison
 from .measure import Asked, Cost
 from .plan import Work
@@ -18,16 +19,16 @@ from .traps import Traps
 
 def findings(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, asked: Asked | None,
              cmp: Comparison | None = None) -> list[Finding]:
-    notes = [Finding(t.level, t.headline()), _isolation(work)]
+    notes = [Finding(t.level, t.headline(), (SCORES,)), _isolation(work)]
     level = "suspect" if t.tripped else "info"
     if s is not None:
         for k, v in s.pass_at.items():
             notes.append(Finding(level, f"pass@{k} {v.points()} over {s.problems} problems of {work.dataset.name} "
-                                        f"(95% interval, {v.method})."))
+                                        f"(95% interval, {v.method}).", (SCORES,)))
         notes.append(info(f"{s.no_code} answer(s) had no code and {s.cut} were cut short; both count as failed, "
                           "apart from the wrong ones. A vendor's figure comes from its own prompt and sampling: "
                           "compare runs measured alike, not a run with a model card."))
-        notes += [Finding(level, text) for text in rule_sets.sentences(t.harness)]
+        notes += [Finding(level, text, (SCORES,)) for text in rule_sets.sentences(t.harness)]
         if t.harness:
             notes.append(info(said(work.plan.style)))
     notes += coverage(len(work.items()), len(df), work, "answers asked for", "the speed and cost figures")

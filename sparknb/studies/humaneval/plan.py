@@ -32,6 +32,7 @@ class Plan(Sequential):
     study: ClassVar[str] = NOTEBOOK
     drawn: ClassVar[str] = "problem_ids"
     unit: ClassVar[str] = "problems"
+    key: ClassVar[str] = "problem"
     recorded: ClassVar = {"dataset_name": (RESUMED,), "dataset_sha256": (COMPARED, RESUMED),
                           "dataset_source": (IGNORED,), "problem_ids": (IGNORED,), "sandbox": (IGNORED,)}
     suite: str = Field("", description="a JSONL file of your own problems (task_id, prompt, entry_point, test), "

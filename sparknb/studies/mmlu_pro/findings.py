@@ -8,6 +8,7 @@ from ...runs.report import Finding, as_records, info
 from ..batch import rule_sets
 from ..batch.ask import Batch
 from ..batch.findings import batch_findings, comparison_findings, coverage
+from ..batch.headline import SCORES
 from .compare import Comparison
 from .plan import Work
 from .prompt import said
@@ -18,27 +19,29 @@ from .traps import Traps
 
 def findings(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, batch: Batch | None,
              cmp: Comparison | None = None) -> list[Finding]:
-    notes = [Finding(t.level, t.headline())]
+    notes = [Finding(t.level, t.headline(), (SCORES,))]
     level = "suspect" if t.tripped else "info"
     if s is not None:
         notes.append(Finding(level, f"Accuracy {s.headline.points()} over {s.n} questions: the {s.headline_label} "
-                                    f"(95% interval, {s.headline.method})."))
+                                    f"(95% interval, {s.headline.method}).", (SCORES,)))
         if s.other is not None:
             notes.append(Finding(level, f"The {s.other_label}: {s.other.points()}. MMLU-Pro's published scores are "
                                         "micro averages; a harness and temperature different from the vendor's also "
-                                        "move the number."))
+                                        "move the number.", (SCORES,)))
         notes.append(info(f"{s.unparsed} of {s.n} answers could not be parsed; they count as wrong (the reference "
                           "scripts would have scored them as random guesses)."))
-        notes += [Finding(level, text) for text in rule_sets.sentences(t.harness)]
+        notes += [Finding(level, text, (SCORES,)) for text in rule_sets.sentences(t.harness)]
         notes.append(info(said(work.plan.prompt_format)))
     notes += coverage(len(work.in_order()), len(df), work)
     for note in work.dataset.notes:  # questions that are not MMLU-Pro's are marked first, never passed off as it
-        if note.startswith("NOT MMLU-Pro"):
-            notes.insert(0, Finding("marked", note))
+        if note.startswith("NOT MMLU-Pro"):  # about the name: a comparison's rows name their questions themselves
+            notes.insert(0, Finding("marked", note, ("the questions' name",)))
         else:
             notes.append(info(f"Data: {note}."))
     if batch is not None and batch.asked:
-        notes += batch_findings(batch, cached="questions of one category share their worked examples")
+        shared = ("the prompts of one category begin alike: the chat template, the instruction naming the category"
+                  + (" and its worked examples" if work.plan.shots and not work.is_suite else ""))
+        notes += batch_findings(batch, cached=shared)
     if cmp is not None:
         notes += comparison_findings(cmp)
     return notes
