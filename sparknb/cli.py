@@ -32,10 +32,13 @@ def parse_parameters(pairs: list[list[str]], yaml_files: list[str]) -> dict:
     return params
 
 
+DEMO = "smollm2-speculation"  # the real test-bed model with and without speculation (params/campaigns/)
+
+
 def demo(outputs: str | Path = "") -> tuple[Path, list[dict]]:
-    """The tiny campaign (every study on both tiny models, real vLLM CPU servers), then its comparison, which
-    names any study that failed; returns the comparison's folder and the cells that failed."""
-    record = campaign.run("tiny", outputs=outputs)
+    """The demo campaign (the real test-bed model on llama-server, without and with n-gram speculation), then its
+    comparison, which names any study that failed; returns the comparison's folder and the cells that failed."""
+    record = campaign.run(DEMO, outputs=outputs)
     _saved(record, outputs)
     return run_notebook("compare", {"campaign": record.name}, outputs), campaign.failed(record.name, outputs)
 
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     p_verify.add_argument("folder")
     p_seal = sub.add_parser("seal", help="seal a run folder whose run died before sealing it (marked failed halfway)")
     p_seal.add_argument("folder")
-    p_demo = sub.add_parser("demo", help="run the tiny campaign and its comparison report")
+    p_demo = sub.add_parser("demo", help=f"run the demo campaign ({DEMO}) and its comparison report")
     p_demo.add_argument("--outputs", default="")
     p_campaign = sub.add_parser("campaign", help="run every study of a campaign file on every model")
     p_campaign.add_argument("action", choices=["run"])
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "demo":
             t0 = time.monotonic()
             folder, failures = demo(args.outputs)
-            print(f"comparison report: {folder / 'report.html'}\n(the tiny campaign and its comparison took "
+            print(f"comparison report: {folder / 'report.html'}\n(the demo campaign and its comparison took "
                   f"{(time.monotonic() - t0) / 60:.1f} min)")
             return _failures(failures)
     except (SparknbError, OSError) as e:  # known failures carry a message meant for the user

