@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sparknb.runs.run import read_records, verify
+from sparknb.studies.mmlu_pro.data import DEMO_FILE, DEMO_NAME, load_suite
 
 pytestmark = [pytest.mark.server, pytest.mark.llamacpp]
 
@@ -50,6 +51,11 @@ def test_speculation_gives_the_same_answers_and_the_comparison_decides_so_before
     a, b = ({r["question_id"]: r["text"] for r in read_records(cells["mmlu_pro", m]) if "text" in r}
             for m in ("smollm2-llamacpp", "smollm2-ngram-llamacpp"))
     assert len(a) == 84 and 0 < len(b) < 84 and all(b[q] == a[q] for q in b)  # asked in A's order, stopped early
+    plain = cells["mmlu_pro", "smollm2-llamacpp"]
+    asked, settings = read_records(plain), json.loads((plain / "params.json").read_text())["settings"]
+    if settings["dataset_name"] == DEMO_NAME:  # offline (MMLU-Pro where the hub answers)
+        options = {q.id: len(q.options) for q in load_suite(DEMO_FILE).test}  # the reference's guess is among these
+        assert {r["question_id"]: r["options"] for r in asked if "text" in r} == options
     headline = json.loads((comparison / "summary.json").read_text())["headline"]
     (paired,) = [d for d in headline["decisions"] if d["figure"].startswith("paired difference")]
     assert paired["outcome"] == "equivalent" and paired["reasons"] == []  # decided, its doubts about scores aside

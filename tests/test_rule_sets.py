@@ -36,6 +36,9 @@ def test_the_reference_falls_back_to_answer_colon_then_the_last_lone_letter_then
     assert REF.grade(record("I pick C, no, D is it")).answer == "D"
     guesses = {REF.grade(record("no letter at all here", qid=str(i))).answer for i in range(40)}
     assert len(guesses) > 3 and REF.grade(record("nothing", qid="7")) == REF.grade(record("nothing", qid="7"))
+    # as theirs, among the question's own options (N/A padding left out), which each answer's record counts
+    four = {REF.grade(record("no letter at all here", qid=str(i)) | {"options": 4}).answer for i in range(40)}
+    assert four == set("ABCD")
     r = record("Answer: B")
     assert LM.grade(r).answer is None and classify(r, LM, REF) == NO_ANSWER_LINE
 

@@ -73,6 +73,11 @@ def test_a_sequential_row_decides_by_its_sequence_and_says_what_it_saved(tmp_pat
     assert saved["questions"] == s["fixed_sample"] - s["questions"] and saved["minutes"] == round(
         saved["questions"] * 3.0 / 60, 1)
     assert f"stopped after {s['questions']:,} of 400 questions" in r.note and "saved" in compare.story(h)
+    stopped = mmlu_run(tmp_path, "b", b_right, sequential={"margin": 0.03, "budget": QUESTIONS}, asked=s["questions"])
+    score = next(x for x in paired_row(tmp_path, a, stopped)[0].rows if x.figure.startswith("accuracy"))
+    on_those = sum(q % 2 == 0 for q in map(int, order([str(q) for q in range(QUESTIONS)], 0)[:s["questions"]]))
+    assert (f"b was stopped by its sequence, so its score covers only the {s['questions']} questions asked; a on "
+            f"those same questions: {100 * on_those / s['questions']:.1f}%") in score.note  # B's score is partial
     (fig,) = compare.sequence_plots(h)  # the sequence narrowing, the margin band and where it stopped
     ax = fig.axes[0]
     assert [list(line.get_xdata()) for line in ax.lines if "stopped at" in line.get_label()] == [[s["questions"]] * 2]

@@ -344,7 +344,7 @@ def told(s: Mapping) -> str:
     if fixed["questions"] < 0:  # sized with hindsight (the discordance seen), a fixed design can need fewer
         return (text + f"needs {s['fixed_sample']:,} (sized with the discordance seen here, which a fixed design "
                 f"cannot know before it runs): {-fixed['questions']:,} {unit} more, the price of an interval valid "
-                f"at every count" + under)
+                f"at every count; {budget['questions']:,} {unit} saved against the budget{_minutes(budget)}")
     return text + f"needs {s['fixed_sample']:,}: {fixed['questions']:,} {unit} saved{_minutes(fixed)}" + under
 
 

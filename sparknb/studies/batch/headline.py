@@ -26,9 +26,7 @@ def graded_rows(study: str, score: tuple[str, str], rights: Mapping[str, Mapping
     same = identical(mine, rights, base, plan.key)
     doubts = {s: caveats(mine[s], DIFFERENCE if same else SCORES) for s in rights}
     rates = {s: stats.accuracy(sum(map(bool, v.values())), len(v)) for s, v in rights.items()}
-    said = "; ".join(f"{s} {a.points()} of {len(rights[s])}{interval}" for s, a in rates.items())
-    rows = [Row(study, score[0], {s: 100 * a.estimate for s, a in rates.items()},
-                {s: len(v) for s, v in rights.items()}, role="context", better="none", note=said)]
+    said = ["; ".join(f"{s} {a.points()} of {len(rights[s])}{interval}" for s, a in rates.items())]
     differences, n, needed, notes, sequences = {}, {}, {}, [], {}
     for s, v in rights.items():
         if s == base:
@@ -37,6 +35,7 @@ def graded_rows(study: str, score: tuple[str, str], rights: Mapping[str, Mapping
         if held is not None:  # asked in the base run's order and stopped when decided
             differences[s], n[s], needed[s], sequences[s] = held
             notes.append(f"{s}: {sequential.told(held[3])}")
+            said += [_partial(rights[base], v, base, s, unit, interval)] if len(v) < len(rights[base]) else []
             continue
         common = [q for q in rights[base] if q in v]
         if not common:
@@ -53,11 +52,21 @@ def graded_rows(study: str, score: tuple[str, str], rights: Mapping[str, Mapping
         notes.append(f"every answer on the shared {unit} is the same text on both sides: a doubt about the scores (cut "
                      "answers, missing answer lines) falls on both alike and cannot move the difference; it stays on "
                      "each score")
+    rows = [Row(study, score[0], {s: 100 * a.estimate for s, a in rates.items()},
+                {s: len(v) for s, v in rights.items()}, role="context", better="none", note="; ".join(said))]
     if differences:
         rows.append(Row(study, f"paired difference in {score[1]} (points)", {s: None for s in rights}, n,
                         differences, kind="difference", caveats=doubts, needed=needed, note="; ".join(notes),
                         not_comparable=plan.same({s: mine[s] for s in rights}), sequences=sequences))
     return rows
+
+
+def _partial(base_right: Mapping[str, bool], right: Mapping[str, bool], base: str, subject: str, unit: str,
+             interval: str) -> str:
+    """A subject its sequence stopped: its score covers the items it was asked, and the base's on those same items."""
+    same = [bool(base_right[q]) for q in right if q in base_right]
+    return (f"{subject} was stopped by its sequence, so its score covers only the {len(right)} {unit} asked; "
+            f"{base} on those same {unit}: {stats.accuracy(sum(same), len(same)).points()}{interval}")
 
 
 def _needed(pairs: stats.Pairs, half_width: float, unit: str, available: int | None, holds: str) -> str:

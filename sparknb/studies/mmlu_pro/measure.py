@@ -26,7 +26,7 @@ def _question(turns: list[dict], plan: Plan) -> stream.Call:
 def _record(q: Question, done: Completion, plan: Plan, order: int) -> dict:
     g = grade(q.answer, done.text, done.finish_reason, plan.stop)
     timing = {k: v for k, v in done.as_dict().items() if k not in ("chunk_times", "chunk_tokens", "text", "reasoning")}
-    return {"question_id": q.id, "category": q.category, "answer": q.answer, "order": order,
+    return {"question_id": q.id, "category": q.category, "answer": q.answer, "options": len(q.options), "order": order,
             "pred": g.pred, "rule": g.rule, "correct": g.correct, "flag": g.flag,
             "text": done.text, "reasoning": done.reasoning, **timing}
 

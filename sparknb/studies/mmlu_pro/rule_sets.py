@@ -6,8 +6,9 @@ effect and its words are batch.rule_sets'):
   the FIRST `answer is \\(?([ABCDEFGHIJ])\\)?`, no match wrong. Its score is what lm-eval would print only for
   answers asked in its prompt format (prompt.py);
 - `reference`: MMLU-Pro's authors' evaluate_from_api.py: no stop string, the first `answer is (X)`, else the first
-  line's `Answer: X`, else the last lone letter, else a random guess (seeded per question here; theirs draws
-  from one sequence seeded 12345, so which guesses land depends on the order);
+  line's `Answer: X`, else the last lone letter, else a random guess among the question's options, "N/A" padding
+  left out (the count each answer's record keeps; all ten letters for runs sealed before it did), seeded per
+  question here (theirs draws from one sequence seeded 12345, so which guesses land depends on the order);
 - `robust`, sparknb's own: no stop string, the LAST match of the first rule that matches, no match wrong, every
   answer cut at max_tokens counted.
 
