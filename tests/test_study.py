@@ -83,6 +83,15 @@ def test_the_comparison_and_resume_read_the_same_marks(tmp_path):
     with pytest.raises(DataError, match="different model"):
         mmlu_pro.Plan.check_resume(b, a.settings)
     mmlu_pro.Plan.check_resume(a, a.settings | {"concurrency": 1})  # an IGNORED setting may differ
+    # a run sealed before a setting existed did what its default does, and is told apart only from another value
+    old = run_with(tmp_path, "old", {"temperature": 0.0, "shots": 5, "model": "tiny-dense"})  # no prompt_format
+    new = run_with(tmp_path, "new", {"temperature": 0.0, "shots": 5, "model": "tiny-dense", "prompt_format": "sparknb"})
+    lm = run_with(tmp_path, "lm", {"temperature": 0.0, "shots": 5, "model": "tiny-dense", "prompt_format": "lm-eval"})
+    assert mmlu_pro.Plan.same({"x": old, "y": new}) == "" and mmlu_pro.Plan.differences(old.settings, new.settings) == {}
+    mmlu_pro.Plan.check_resume(old, new.settings)
+    assert "prompt_format 'sparknb' (x) vs 'lm-eval' (y)" in mmlu_pro.Plan.same({"x": old, "y": lm})
+    with pytest.raises(DataError, match="prompt_format: 'sparknb' there, 'lm-eval' here"):
+        mmlu_pro.Plan.check_resume(old, lm.settings)
 
 
 def test_earlier_runs_are_read_by_the_base_the_same_way_for_every_study(tmp_path):

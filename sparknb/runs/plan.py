@@ -12,6 +12,7 @@ A setting without marks is a difference worth saying, but not one that stops a c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -151,25 +152,36 @@ class Plan(BaseModel):
             return ""
         differ = []
         for name in cls.marked(COMPARED):
-            seen = {s: values.get(name) for s, values in settings.items()}
+            seen = {s: cls.value(values, name) for s, values in settings.items()}
             if len({repr(v) for v in seen.values()}) > 1:
                 differ.append(f"{name} " + " vs ".join(f"{v!r} ({s})" for s, v in seen.items()))
         return ("the runs were measured with different settings: " + "; ".join(differ)) if differ else ""
 
     @classmethod
+    def value(cls, settings: Mapping, name: str) -> Any:
+        """A run's setting, and one it does not record (sealed before the setting existed) at its default: what that
+        run did, since a parameter is only ever added with the default that keeps the behaviour before it (runs
+        sealed before prompt_format were told apart from new ones by it)."""
+        field = cls.model_fields.get(name)
+        if name in settings or field is None or field.is_required():
+            return settings.get(name)
+        return field.get_default(call_default_factory=True)
+
+    @classmethod
     def differences(cls, mine: dict, theirs: dict) -> dict[str, dict]:
         """Every setting in which two runs differ, but those that are no difference: name -> {a: mine, b: theirs}."""
         ignored = set(cls.marked(IGNORED))
-        return {k: {"a": mine.get(k), "b": theirs.get(k)} for k in sorted(set(mine) | set(theirs))
-                if k not in ignored and mine.get(k) != theirs.get(k)}
+        return {k: {"a": cls.value(mine, k), "b": cls.value(theirs, k)} for k in sorted(set(mine) | set(theirs))
+                if k not in ignored and cls.value(mine, k) != cls.value(theirs, k)}
 
     @classmethod
     def check_resume(cls, past: PastRun, mine: dict) -> None:
         """Refuse to mix in the answers of a run that differs in a RESUMED setting, naming each."""
-        differ = [k for k in cls.marked(RESUMED) if past.settings.get(k) != mine.get(k)]
+        differ = [k for k in cls.marked(RESUMED) if cls.value(past.settings, k) != cls.value(mine, k)]
         if differ:
             raise DataError(f"resume_from {past.id} was run with different {', '.join(differ)} ("
-                            + "; ".join(f"{k}: {past.settings.get(k)!r} there, {mine.get(k)!r} here" for k in differ)
+                            + "; ".join(f"{k}: {cls.value(past.settings, k)!r} there, {cls.value(mine, k)!r} here"
+                                        for k in differ)
                             + "). Its answers cannot be mixed into this run: run these settings afresh.")
 
 
