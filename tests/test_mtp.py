@@ -106,3 +106,15 @@ def test_a_prompt_that_does_not_fit_is_refused_with_its_real_token_count(tiny_mo
     with pytest.raises(ParamsError, match=f"The {kind!r} prompt is {longest} tokens"):
         plan.check_server(server, endpoint)
     plan.check_server(dataclasses.replace(server, max_model_len=longest + 100), endpoint)  # just fits
+
+
+def test_a_box_that_slows_down_during_the_sweep_is_named_by_kind_of_prompt():
+    import pandas as pd
+
+    from sparknb.runs.study import drifts
+
+    sent = [("json", 52.0), ("story", 51.0)] * 2 + [("json", 51.6), ("story", 51.4), ("json", 38.0), ("story", 51.2)]
+    df = pd.DataFrame([{"kind": k, "tok_s": v, "seq": i, "interference": None} for i, (k, v) in enumerate(sent)])
+    (finding,) = drifts(df, "tok_s", "tok/s", by="kind")  # json slowed at its last request; story held
+    assert finding.about == ("json",) and "json: 52.0 first, 38.0 last (-27%" in finding.text
+    assert "at the same kind of prompt" in finding.text

@@ -209,21 +209,25 @@ def spread_source(df: pd.DataFrame, client: str, server: str) -> str:
             f"{outside.max():,.1f} ms)")
 
 
-def drifts(df: pd.DataFrame, column: str, what: str, fmt: Callable[[float], str] = "{:.1f}".format) -> list[Finding]:
-    """A box that warms up or slows down during the sweep: first against last request at each length."""
+def drifts(df: pd.DataFrame, column: str, what: str, fmt: Callable[[float], str] = "{:.1f}".format,
+           by: str = "prompt_length") -> list[Finding]:
+    """A box that warms up or slows down during the sweep: first against last request at each length (`by`: or
+    of each kind of prompt, mtp's sweep), in the order sent (`seq`)."""
     clean = df[df["interference"].isna() & df["seq"].notna()].sort_values("seq")
-    moved, lengths = [], []
-    for length, g in clean.groupby("prompt_length"):
+    moved, at = [], []
+    for key, g in clean.groupby(by):
         d = drift(g[column].dropna().tolist())
         if d is not None and d.beyond_spread:
-            lengths.append(int(length))
-            moved.append(f"{length:,} tokens: {fmt(d.first)} first, {fmt(d.last)} last ({100 * d.change:+.0f}%, "
-                         f"the {d.n - 2} between spread over {fmt(d.spread)})")
+            at.append(int(key) if by == "prompt_length" else key)
+            moved.append(f"{f'{key:,} tokens' if by == 'prompt_length' else key}: {fmt(d.first)} first, "
+                         f"{fmt(d.last)} last ({100 * d.change:+.0f}%, the {d.n - 2} between spread over "
+                         f"{fmt(d.spread)})")
     if not moved:
         return []
-    return [warning(f"The machine drifted during the sweep: the first and last {what} at the same length differ "
+    same = "length" if by == "prompt_length" else "kind of prompt"
+    return [warning(f"The machine drifted during the sweep: the first and last {what} at the same {same} differ "
                     f"beyond the spread of the requests between them ({'; '.join(moved)}). Medians hide this; "
-                    "measure again on a quiet, warmed-up box.", tuple(lengths))]
+                    "measure again on a quiet, warmed-up box.", tuple(at))]
 
 
 def server_first_s(df: pd.DataFrame) -> pd.Series:

@@ -20,7 +20,7 @@ from ..runs import params, plan
 from ..runs.plan import COMPARED, IGNORED
 from ..runs.report import Finding, info, warning
 from ..runs.run import PastRun, measured
-from ..runs.study import BURST, Study, seen_by_client, timing
+from ..runs.study import BURST, Study, drifts, seen_by_client, timing
 from ..verdicts.verdict import Row, Runs, caveats, median_row
 from .registry import Contract
 
@@ -130,6 +130,8 @@ def _row(r: dict) -> dict:
         "drafts": spec["drafts"],
         "excluded": excluded,
         "burst": t["burst"],
+        "interference": r.get("interference"),
+        "seq": r.get("started_at"),  # the order sent, for the drift check
     }
 
 
@@ -202,7 +204,7 @@ def findings(df: pd.DataFrame, table: pd.DataFrame, study: Study, speculative: b
                           "counters either way.", tuple(sorted(set(bursts["kind"])))))
     if table.empty:
         return notes + [info("No clean measurement was taken.")]
-    notes += _idle_draft(df, study, speculative)
+    notes += _idle_draft(df, study, speculative) + drifts(df, "tok_s", "tok/s", by="kind")
     if not speculative and study.model.speculative:
         notes.append(warning(f"The model's params name speculative decoding ({study.model.speculative}), but the "
                              "server exposes no speculative-decoding counters: tokens per step are unknown."))
