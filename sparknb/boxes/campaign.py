@@ -314,8 +314,18 @@ def failed(campaign_id: str, outputs: str | Path = "") -> list[dict]:
 
 def boxes(campaign_id: str, outputs: str | Path = "") -> list[str]:
     """The boxes a campaign names, in its file's order (none for a campaign on one box)."""
+    return list(_file(campaign_id, outputs).get("boxes") or {})
+
+
+def question(campaign_id: str, outputs: str | Path = "") -> str:
+    """The question a campaign's file asks ("" where it asks none), for the top of its comparison."""
+    return str(_file(campaign_id, outputs).get("question") or "")
+
+
+def _file(campaign_id: str, outputs: str | Path) -> dict:
+    """The campaign's file as its folder recorded it ({} where it cannot be read)."""
     path = Path(outputs or outputs_dir()) / NOTEBOOK / campaign_id / "params.json"
     try:
-        return list((json.loads(path.read_text()).get("campaign") or {}).get("boxes") or {})
+        return json.loads(path.read_text()).get("campaign") or {}
     except (OSError, ValueError):
-        return []
+        return {}

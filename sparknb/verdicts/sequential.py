@@ -349,7 +349,8 @@ def told(s: Mapping) -> str:
 
 
 def _minutes(saved: Mapping) -> str:
-    return "" if saved["minutes"] is None else f", about {saved['minutes']:,.0f} minutes of B's time"
+    m = saved["minutes"]
+    return "" if m is None else f", about {m:,.{0 if abs(m) >= 10 else 1}f} minutes of B's time"
 
 
 def beyond(s: Mapping, count: int | None) -> bool:

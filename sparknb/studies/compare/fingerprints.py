@@ -127,7 +127,8 @@ def _speculation(served: list[PastRun]) -> list[Finding]:
         return []
     shown = "; ".join(f"{m}: {v or 'none'}" for m, v in by_model.items())
     return [warning(f"The servers do not speculate alike ({shown}): a speed of one against the other depends on how "
-                    "predictable the text is, so those rows are caveated.")]
+                    "predictable the text is, so decode's rows (measured on one kind of prompt) are caveated; "
+                    "speculative decoding's rows name their kind of text and are not.")]
 
 
 @dataclass(frozen=True)

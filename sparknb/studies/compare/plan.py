@@ -42,7 +42,7 @@ class Plan(plan.Plan):
         values = list(self.runs) + (campaign.runs(chosen, self.outputs) if chosen else [])
         if not values:
             raise ValueError("there is nothing to compare: give `runs` (run folders or ids) or a `campaign` id, or "
-                             "run `make demo` for the tiny campaign")
+                             "run `make demo` for the demo's campaign")
         self._campaign = chosen
         self._past = read_past(values, None, what="runs", outputs=self.outputs)
         return self
@@ -61,6 +61,12 @@ class Plan(plan.Plan):
         for run in sorted(self._past if runs is None else runs, key=lambda r: r.id):  # ids begin with their start
             out.setdefault(run.notebook, {})[key(run) if key else run.label] = run
         return out
+
+    def question(self) -> str:
+        """The campaign's own question, said above the verdict ("" for runs given one by one)."""
+        from ...boxes import campaign
+
+        return campaign.question(self._campaign, self.outputs) if self._campaign else ""
 
     def models(self) -> list[str]:
         """The models in the order given: the first is the base every ratio divides by."""
