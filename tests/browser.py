@@ -21,6 +21,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
 VIEWPORT = {"width": 1400, "height": 900}
+OFFLINE = ("file:", "data:")  # a report opened from disk asks for nothing else
 
 
 def _missing(why: str) -> None:
@@ -93,3 +94,18 @@ def decode_runs_of_both_tiny_models(tiny_dense, tiny_moe, outputs: Path) -> list
     small = {"prompt_lengths": [64], "output_tokens": 16, "warmup": 0, "repetitions": 2}
     return [run_notebook("decode", {"model": name, "endpoint": server.url, **small}, outputs=outputs)
             for name, server in (("tiny-dense", tiny_dense), ("tiny-moe", tiny_moe))]
+
+
+def look_at(browser, report: Path, screenshot: Path) -> dict:
+    """Open a report from disk as a reader does; what the browser saw."""
+    page = open_page(browser, allowed=OFFLINE)
+    try:
+        page.goto(report.as_uri(), wait_until="load")
+        page.screenshot(path=str(screenshot), full_page=True)
+        return {"foreign": page.requests.foreign(),
+                "tables": page.evaluate(TABLES_WITH_ROWS, "body"),
+                "images": page.evaluate(DECODED_IMAGES, "body"),
+                "drawn": images_not_blank(page, "body"),
+                "blank_page": single_colour(screenshot.read_bytes())}
+    finally:
+        page.close()

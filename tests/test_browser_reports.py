@@ -16,8 +16,7 @@ import nbformat
 import pandas as pd
 import pytest
 
-from browser import (DECODED_IMAGES, TABLES_WITH_ROWS, chromium, decode_runs_of_both_tiny_models, images_not_blank,
-                     open_page, single_colour)
+from browser import OFFLINE, chromium, decode_runs_of_both_tiny_models, look_at, open_page
 from sparknb.runs.execute import run_notebook
 from sparknb.runs.params import project_root
 from sparknb.runs.report import write_html
@@ -25,7 +24,6 @@ from sparknb.runs.run import verify
 from sparknb.studies import mmlu_pro
 from support import strict, strict_lines
 
-OFFLINE = ("file:", "data:")
 MMLU_PRO = project_root().parent / "shared" / "data" / "mmlu_pro"  # the shared copy; no download here
 PAGE = "body"
 
@@ -93,12 +91,8 @@ def _compare(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
     return {"runs": [str(run) for run in runs]}
 
 
-def _swap(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
-    return {"models": ["tiny-dense", "tiny-moe"], "repetitions": 1}  # it starts and stops both servers itself
-
-
 # Every notebook whose report is checked, with the parameters of a small run on the tiny test bed and the tables
-# and plots its report has.
+# and plots its report has (swap's: test_swap_notebook.py, on the run it makes anyway).
 READY: dict[str, Case] = {
     "decode": Case(_decode, tables=1, images=1),
     "mtp": Case(_mtp, tables=1, images=1),
@@ -107,23 +101,7 @@ READY: dict[str, Case] = {
     "mmlu_pro": Case(_mmlu_pro, tables=1, images=1),
     "humaneval": Case(_humaneval, tables=1, images=1),
     "compare": Case(_compare, tables=1, images=1),
-    "swap": Case(_swap, tables=1, images=1),
 }
-
-
-def look_at(browser, report: Path, screenshot: Path) -> dict:
-    """Open a report from disk as a reader does; what the browser saw."""
-    page = open_page(browser, allowed=OFFLINE)
-    try:
-        page.goto(report.as_uri(), wait_until="load")
-        page.screenshot(path=str(screenshot), full_page=True)
-        return {"foreign": page.requests.foreign(),
-                "tables": page.evaluate(TABLES_WITH_ROWS, PAGE),
-                "images": page.evaluate(DECODED_IMAGES, PAGE),
-                "drawn": images_not_blank(page, PAGE),
-                "blank_page": single_colour(screenshot.read_bytes())}
-    finally:
-        page.close()
 
 
 def _png() -> str:

@@ -75,7 +75,8 @@ def test_speculations_gain_depends_on_the_kind_of_text_by_the_servers_own_counts
     assert medians["translate"] > 1.3 > medians["json"]  # drafts taken only where the text repeats itself
     headline = json.loads((comparison / "summary.json").read_text())["headline"]
     speeds = {d["figure"]: d for d in headline["decisions"] if d["figure"].startswith("tok/s, ")}
-    assert set(speeds) == {f"tok/s, {k}" for k in steps} and all(d["reasons"] == [] for d in speeds.values())
+    assert set(speeds) == {f"tok/s, {k}" for k in steps}  # one row a kind, not vetoed for speculating on one side
+    assert not [r for d in speeds.values() for r in d["reasons"] if "on this side only" in r]
 
 
 def test_the_comparison_report_shows_the_verdict_and_where_the_sequence_stopped_in_chromium(demo):

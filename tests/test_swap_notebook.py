@@ -117,6 +117,26 @@ def test_cold_start_then_a_swap_to_the_moe_and_back_on_the_real_vllm_server(tmp_
     assert "%|" not in text  # no frozen progress bar
     assert KEY not in folder_text(folder) and KEY not in nbformat.writes(nb)
     assert verify(folder) == []
+    _read_in_chromium(nb, folder, tmp_path)
+
+
+def _read_in_chromium(nb, folder: Path, tmp_path: Path) -> None:
+    """The swap report as sparknb writes it from the executed notebook, opened from disk in headless Chromium: no
+    other host asked, its tables and plots drawn, every file strict JSON (what test_browser_reports checks of every
+    other study's report, here on the run this module makes anyway: one more would start both servers again)."""
+    from browser import chromium, look_at
+    from support import strict, strict_lines
+
+    from sparknb.runs.report import write_html
+
+    nbformat.write(nb, tmp_path / "executed.ipynb")
+    report = write_html(tmp_path / "executed.ipynb", tmp_path / "report.html")
+    with chromium() as browser:
+        seen = look_at(browser, report, tmp_path / "swap-report.png")
+    assert seen["foreign"] == [] and seen["tables"] >= 1 and seen["images"] >= 1
+    assert all(seen["drawn"]) and not seen["blank_page"]
+    for path in folder.rglob("*.json*"):  # strict JSON, every file: an unknown figure is null, never NaN
+        (strict_lines if path.suffix == ".jsonl" else strict)(path)
 
 
 @pytest.mark.server
