@@ -87,7 +87,8 @@ def test_the_comparison_and_resume_read_the_same_marks(tmp_path):
     old = run_with(tmp_path, "old", {"temperature": 0.0, "shots": 5, "model": "tiny-dense"})  # no prompt_format
     new = run_with(tmp_path, "new", {"temperature": 0.0, "shots": 5, "model": "tiny-dense", "prompt_format": "sparknb"})
     lm = run_with(tmp_path, "lm", {"temperature": 0.0, "shots": 5, "model": "tiny-dense", "prompt_format": "lm-eval"})
-    assert mmlu_pro.Plan.same({"x": old, "y": new}) == "" and mmlu_pro.Plan.differences(old.settings, new.settings) == {}
+    assert mmlu_pro.Plan.same({"x": old, "y": new}) == ""
+    assert mmlu_pro.Plan.differences(old.settings, new.settings) == {}
     mmlu_pro.Plan.check_resume(old, new.settings)
     assert "prompt_format 'sparknb' (x) vs 'lm-eval' (y)" in mmlu_pro.Plan.same({"x": old, "y": lm})
     with pytest.raises(DataError, match="prompt_format: 'sparknb' there, 'lm-eval' here"):
