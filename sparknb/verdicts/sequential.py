@@ -340,11 +340,11 @@ def told(s: Mapping) -> str:
     if beyond(s, s["fixed_sample"]):
         return text + (f"would need {s['fixed_sample']:,}, more than the {s['available']:,} there are to ask: "
                        f"{budget['questions']:,} {unit} saved against the budget{_minutes(budget)}")
-    under = f" ({budget['questions']:,} under the budget)" if budget["questions"] > 0 else ""
     if fixed["questions"] < 0:  # sized with hindsight (the discordance seen), a fixed design can need fewer
         return (text + f"needs {s['fixed_sample']:,} (sized with the discordance seen here, which a fixed design "
                 f"cannot know before it runs): {-fixed['questions']:,} {unit} more, the price of an interval valid "
                 f"at every count; {budget['questions']:,} {unit} saved against the budget{_minutes(budget)}")
+    under = f" ({budget['questions']:,} under the budget)" if budget["questions"] > 0 else ""
     return text + f"needs {s['fixed_sample']:,}: {fixed['questions']:,} {unit} saved{_minutes(fixed)}" + under
 
 
