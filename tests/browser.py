@@ -97,12 +97,13 @@ def decode_runs_of_both_tiny_models(tiny_dense, tiny_moe, outputs: Path) -> list
 
 
 def look_at(browser, report: Path, screenshot: Path) -> dict:
-    """Open a report from disk as a reader does; what the browser saw."""
+    """Open a report from disk as a reader does; what the browser saw: its text, the requests to other hosts, tables
+    with rows, images decoded and each drawn (not one colour), and whether the whole page is blank."""
     page = open_page(browser, allowed=OFFLINE)
     try:
         page.goto(report.as_uri(), wait_until="load")
         page.screenshot(path=str(screenshot), full_page=True)
-        return {"foreign": page.requests.foreign(),
+        return {"text": page.inner_text("body"), "foreign": page.requests.foreign(),
                 "tables": page.evaluate(TABLES_WITH_ROWS, "body"),
                 "images": page.evaluate(DECODED_IMAGES, "body"),
                 "drawn": images_not_blank(page, "body"),

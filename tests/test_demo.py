@@ -79,19 +79,14 @@ def test_speculations_gain_depends_on_the_kind_of_text_by_the_servers_own_counts
     assert not [r for d in speeds.values() for r in d["reasons"] if "on this side only" in r]
 
 
-def test_the_comparison_report_shows_the_verdict_and_where_the_sequence_stopped_in_chromium(demo):
-    from browser import DECODED_IMAGES, chromium, images_not_blank, open_page
+def test_the_comparison_report_shows_the_verdict_and_where_the_sequence_stopped_in_chromium(demo, tmp_path):
+    from browser import chromium, look_at
 
     _, _, comparison, cells = demo
     held = json.loads((cells["mmlu_pro", "smollm2-ngram-llamacpp"] / "summary.json").read_text())["sequential"]
     with chromium() as browser:
-        page = open_page(browser, allowed=("file:", "data:"))
-        try:
-            page.goto((comparison / "report.html").as_uri(), wait_until="load")
-            text, images = page.inner_text("body"), page.evaluate(DECODED_IMAGES, "body")
-            drawn = images_not_blank(page, "body")
-        finally:
-            page.close()
+        seen = look_at(browser, comparison / "report.html", tmp_path / "comparison.png")
+    text = seen["text"]
     assert f"stopped after {held['stopped_at']} of 84 questions" in text and "equivalent" in text
     assert "Does llama-server's n-gram speculation change SmolLM2-135M's answers" in text  # the campaign's question
-    assert images >= 2 and all(drawn) and page.requests.foreign() == []
+    assert seen["images"] >= 2 and all(seen["drawn"]) and seen["foreign"] == []

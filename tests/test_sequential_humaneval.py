@@ -178,7 +178,7 @@ def test_a_campaign_plans_humaneval_sequentially_and_says_what_it_saved(tmp_path
 
 
 def test_the_notebook_and_the_comparison_report_draw_the_sequence_stopping_as_chromium_shows_them(tmp_path):
-    from browser import DECODED_IMAGES, chromium, images_not_blank, open_page
+    from browser import chromium, look_at
 
     from sparknb.runs.execute import run_notebook
 
@@ -193,15 +193,10 @@ def test_the_notebook_and_the_comparison_report_draw_the_sequence_stopping_as_ch
     report = run_notebook("compare", {"runs": [str(a), str(b)]}, outputs=outputs)
     with chromium() as browser:
         for folder in (b, report):
-            page = open_page(browser, allowed=("file:", "data:"))
-            try:
-                page.goto((folder / "report.html").as_uri(), wait_until="load")
-                text, images = page.inner_text("body"), page.evaluate(DECODED_IMAGES, "body")
-                drawn = images_not_blank(page, "body")
-            finally:
-                page.close()
+            seen = look_at(browser, folder / "report.html", tmp_path / f"{folder.name}.png")
+            text = seen["text"]
             assert f"stopped after {held['stopped_at']} of 40 problems" in text and "the sequence lies below 0" in text
-            assert images >= 1 and all(drawn) and page.requests.foreign() == []
+            assert seen["images"] >= 1 and all(seen["drawn"]) and seen["foreign"] == []
     assert "HumanEval: tiny-dense is ahead" in text  # the comparison's verdict, decided by the sequence
     assert verify(b) == [] and verify(report) == []
 
