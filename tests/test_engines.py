@@ -115,7 +115,9 @@ def test_a_prompt_served_from_the_slots_cache_stops_prefill(tiny_dense_llama, tm
         prompt = PromptMaker(study.endpoint.tokenize).make(300)
         recs = [study.request({"prompt_length": 300, "rep": i}, lambda ep: ep.complete(prompt, 4, reuse_prompt=True))
                 for i in range(2)]
-        assert recs[0]["server"]["prefix_cache_hits"] == 0 and recs[1]["server"]["prefix_cache_hits"] == 299
+        # The shared server's slot still holds an earlier test's prompt: a random opening may share its first token
+        # with it by chance (cache_n 1, seen in CI), never the 299 the repeat is served.
+        assert recs[0]["server"]["prefix_cache_hits"] <= 2 and recs[1]["server"]["prefix_cache_hits"] == 299
         with pytest.raises(CacheHitError, match="299 of 300 prompt tokens from the cache"):
             prefill.check_no_cache_hits(recs)
     finally:
