@@ -56,3 +56,22 @@ def test_ctrl_c_after_the_last_request_keeps_the_analysis(tmp_path, tiny_dense_l
     assert len(summary["table"]) == 2 and "Median decode speed" in (folder / "report.html").read_text()
     for r in read_records(folder):  # each progress line counts `rep` as the records and tables do
         assert f"[{r['seq']}/6] {r['prompt_length']} tokens, rep {r['rep']}:" in printed
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop, on purpose
+def test_a_ctrl_c_that_python_drops_is_still_raised_before_a_campaigns_next_cell():
+    """Python drops an exception raised where it cannot propagate: in a fork hook (a campaign went on to finish
+    after a Ctrl-C landed while it started its next server), or in __del__, used here to drop one on purpose."""
+    from sparknb.runs import interrupt
+
+    class Drops:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)
+            for _ in range(1000):  # the handler runs here, inside __del__, and its KeyboardInterrupt is dropped
+                pass
+
+    with interrupt.remembered():
+        Drops()  # and this test is still running: the Ctrl-C was dropped
+        with pytest.raises(KeyboardInterrupt):
+            interrupt.check()
+    interrupt.check()  # outside a sequence of runs it is forgotten

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from ..endpoint.client import Endpoint
 from ..errors import ParamsError, RunError, SparknbError
+from ..runs import interrupt
 from ..runs.execute import Interrupted, parameter_problems, run_notebook
 from ..runs.params import CampaignParams, load_campaign, load_model
 from ..runs.plan import BY_SPARKNB, BY_THE_CAMPAIGN, Plan
@@ -120,7 +121,8 @@ def run(file: str, *, resume: str = "", outputs: str | Path = "", log: Callable[
     progress = _Progress(len(todo), log)
     again = f"sparknb campaign run {file}{again} --resume {record.id}"
     try:
-        failed = (on or run_here)(campaign, todo, record, outputs, progress)
+        with interrupt.remembered():
+            failed = (on or run_here)(campaign, todo, record, outputs, progress)
     except KeyboardInterrupt:
         record.record({"event": "interrupted", "at": time.time()})
         log(f"Interrupted. Every finished cell is sealed and no server is left running; finish with\n  {again}")
@@ -190,6 +192,7 @@ def run_here(campaign: CampaignParams, cells: list[Cell], record: Run, outputs: 
         try:
             with serving(model, record) as endpoint:
                 for cell in mine:
+                    interrupt.check()
                     cell = resumed(against(cell, campaign, record), record)
                     failed += not _run_cell(cell, endpoint, record, outputs, progress)
         except SparknbError as e:  # the model could not be served: its cells fail, the next model still runs
