@@ -42,20 +42,21 @@ def test_the_demo_exits_0_within_its_promise_every_run_sealed(demo):
     assert set(cells) == {(study, model) for study in ("mtp", "mmlu_pro")
                           for model in ("smollm2-llamacpp", "smollm2-ngram-llamacpp")}
     assert [verify(folder) for folder in [comparison, *cells.values()]] == [[]] * 5
-    assert re.search(r"smollm2-ngram-llamacpp against smollm2-llamacpp: sequential, 10-point margin: stopped after "
-                     r"\d+ of 84 questions \(the sequence lies within the \+/-10-point margin: equivalent\)", stdout)
+    assert re.search(r"smollm2-ngram-llamacpp against smollm2-llamacpp: sequential, 15-point margin: stopped after "
+                     r"\d+ of 56 questions \(the sequence lies within the \+/-15-point margin: equivalent\)", stdout)
 
 
 def test_speculation_gives_the_same_answers_and_the_comparison_decides_so_before_the_last_question(demo):
     _, _, comparison, cells = demo
     a, b = ({r["question_id"]: r["text"] for r in read_records(cells["mmlu_pro", m]) if "text" in r}
             for m in ("smollm2-llamacpp", "smollm2-ngram-llamacpp"))
-    assert len(a) == 84 and 0 < len(b) < 84 and all(b[q] == a[q] for q in b)  # asked in A's order, stopped early
+    assert len(a) == 56 and 0 < len(b) < 56 and all(b[q] == a[q] for q in b)  # asked in A's order, stopped early
     plain = cells["mmlu_pro", "smollm2-llamacpp"]
     asked, settings = read_records(plain), json.loads((plain / "params.json").read_text())["settings"]
     if settings["dataset_name"] == DEMO_NAME:  # offline (MMLU-Pro where the hub answers)
         options = {q.id: len(q.options) for q in load_suite(DEMO_FILE).test}  # the reference's guess is among these
-        assert {r["question_id"]: r["options"] for r in asked if "text" in r} == options
+        recorded = {r["question_id"]: r["options"] for r in asked if "text" in r}
+        assert recorded == {q: options[q] for q in recorded}
     headline = json.loads((comparison / "summary.json").read_text())["headline"]
     (paired,) = [d for d in headline["decisions"] if d["figure"].startswith("paired difference")]
     assert paired["outcome"] == "equivalent" and paired["reasons"] == []  # decided, its doubts about scores aside
@@ -87,6 +88,6 @@ def test_the_comparison_report_shows_the_verdict_and_where_the_sequence_stopped_
     with chromium() as browser:
         seen = look_at(browser, comparison / "report.html", tmp_path / "comparison.png")
     text = seen["text"]
-    assert f"stopped after {held['stopped_at']} of 84 questions" in text and "equivalent" in text
+    assert f"stopped after {held['stopped_at']} of 56 questions" in text and "equivalent" in text
     assert "Does llama-server's n-gram speculation change SmolLM2-135M's answers" in text  # the campaign's question
     assert seen["images"] >= 2 and all(seen["drawn"]) and seen["foreign"] == []

@@ -19,7 +19,7 @@ from ..batch.data import jsonl, sha256
 LETTERS = "ABCDEFGHIJ"
 FILES = {"test": "test-00000-of-00001.parquet", "validation": "validation-00000-of-00001.parquet"}
 HUB_URL = "https://huggingface.co/datasets/TIGER-Lab/MMLU-Pro/resolve/main/data/{file}"
-# Twenty-eight questions written for this project, two for each of MMLU-Pro's categories, shipped with it: what
+# Eighty-four questions written for this project, six for each of MMLU-Pro's categories, shipped with it: what
 # `dataset: auto` falls back to where MMLU-Pro cannot be had (a fresh clone, offline). Never called MMLU-Pro.
 DEMO_FILE = Path(__file__).resolve().parents[2] / "data" / "demo_questions.jsonl"
 DEMO_NAME = "sparknb demo questions"
