@@ -81,7 +81,6 @@ def handled() -> Iterator[Stop]:
         stop.marker.parent.rmdir()
 
 
-
 _SWALLOWED = threading.Event()  # a Ctrl-C these handlers raised: SIGINT is the process's, so this is too
 
 
