@@ -153,3 +153,18 @@ def test_a_checkpoint_that_cannot_be_read_is_an_error_naming_what_to_pass(tmp_pa
     shutil.copy(tiny_models.checkpoint("tiny-dense") / "model.safetensors", tmp_path)
     with pytest.raises(ParamsError, match="config.json"):
         checkpoint.read(tmp_path)
+
+
+def test_a_sealed_census_reads_back_equal_to_the_census_that_made_it(tmp_path, capsys):
+    """Every figure survives the secret filter: `every_token` was sealed as "***" while a name ending in "token"
+    was taken for a secret."""
+    from sparknb.runs.run import Run
+    from sparknb.runs.strict_json import read_object
+
+    made = census.count(_safetensors("tiny-moe"))
+    run = Run.create("decode", {}, outputs=tmp_path, label="census")
+    census.seal(run, load_model("tiny-moe"), str(tiny_models.checkpoint("tiny-moe")), None)
+    run.seal()
+    sealed = read_object(run.path / "census.json")["census"]
+    assert sealed["every_token"] == made.every_token > 0
+    assert census.Census.from_dict(sealed) == made

@@ -45,7 +45,7 @@ def test_environment_secrets_are_masked_even_when_not_passed(monkeypatch: pytest
 
 
 @pytest.mark.parametrize("name", ["vLLM ms/token", "first_token_s", "decode_tokens", "chunk_tokens", "key_count",
-                                  "j_per_generated_token", "j_per_prompt_token"])
+                                  "j_per_generated_token", "j_per_prompt_token", "every_token", "access_token"])
 def test_measurement_fields_are_not_taken_for_secrets(name):
     assert redact({name: 56.7}) == {name: 56.7}
 

@@ -1,8 +1,8 @@
 """Redaction: no API key, token or password in a URL may reach a file, a report, a log or the screen.
 
 Every write and print of a run goes through `redact`. It masks the values it is given, every
-secret-looking environment variable, URL passwords and secret query parameters, and fields whose
-names say they hold a secret.
+secret-looking environment variable, URL passwords and secret query parameters, and the text of fields whose
+names say they hold a secret (a figure under such a name is a figure, and kept).
 """
 
 from __future__ import annotations
@@ -70,9 +70,11 @@ def _redact(obj: Any, secrets: list[str]) -> Any:
 
 
 def _is_secret_field(key: Any, value: Any) -> bool:
-    """None, "" and booleans say whether a key was set, which is worth keeping."""
-    return (isinstance(key, str) and looks_secret(key)
-            and value is not None and value != "" and not isinstance(value, bool))
+    """A secret is text (or a block holding some) under a secret's name. A number never is: the census's
+    `every_token` (bytes read every token) was sealed as "***" in every run while the name alone decided. None, ""
+    and booleans say whether a key was set, which is worth keeping."""
+    return (isinstance(key, str) and looks_secret(key) and value is not None and value != ""
+            and not isinstance(value, (bool, int, float)))
 
 
 def _redact_text(text: str, secrets: list[str]) -> str:
