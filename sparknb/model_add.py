@@ -17,7 +17,6 @@ from pathlib import Path
 
 import yaml
 
-from .endpoint import metrics
 from .endpoint.client import Endpoint
 from .errors import EndpointError, ParamsError
 from .machine import fingerprint
@@ -37,7 +36,7 @@ def add(name: str, endpoint: str, *, checkpoint_path: str | None = None, served_
     try:
         info, text = ep.info(), ep.metrics_text()  # one scrape for both: the cache's dtype and the draft counters
         cache = ep.engine.kv_cache_dtype(text)
-        drafts = text is not None and ep.snapshot(text).has(metrics.DRAFTS)
+        drafts = bool(ep.snapshot(text).speculates(info.facts.get("speculative")))
     finally:
         ep.close()
     path = _checkpoint(checkpoint_path, info.root)
@@ -74,16 +73,23 @@ def _checkpoint(given: str | None, root: str | None) -> Path:
 
 
 def _hardware() -> str:
-    """The hardware params whose accelerator names this box's first GPU; cpu-host where there is none."""
+    """The hardware params for this box's first GPU (by its NVML name); cpu-host where there is none."""
     gpu = fingerprint.nvml()
     names = [d.get("name", "") for d in gpu.get("devices") or []] if gpu.get("available") else []
-    if not names:
-        return "cpu-host"
-    for file in sorted((project_root() / "params" / "hardware").glob("*.yaml")):
-        if load_hardware(file.stem).accelerator.lower() in names[0].lower():
-            return file.stem
-    raise ParamsError(f"no params/hardware/ file names this box's {names[0]}: write one (copy h200.yaml) and pass "
-                      "--hardware NAME")
+    return hardware_for(names[0]) if names else "cpu-host"
+
+
+def hardware_for(gpu: str) -> str:
+    """The params/hardware/ file whose accelerator is in the GPU's NVML name; of several, the one naming it most
+    closely ("NVIDIA H200 NVL" over "NVIDIA H200"). Two that fit equally, or none, is an error naming the fix."""
+    files = {f.stem: load_hardware(f.stem).accelerator for f in (project_root() / "params" / "hardware").glob("*.yaml")}
+    fits = {stem: a for stem, a in files.items() if a.lower() in gpu.lower()}
+    closest = [stem for stem, a in fits.items() if not any(a.lower() in b.lower() and a != b for b in fits.values())]
+    if len(closest) == 1:
+        return closest[0]
+    which = f"{', '.join(sorted(closest))} all name" if closest else "no params/hardware/ file names"
+    raise ParamsError(f"{which} this box's {gpu}: pass --hardware NAME (or write a file for it: copy h100-sxm.yaml, "
+                      "with its datasheet's memory bandwidth as the source)")
 
 
 def _params(name, endpoint, served, info, counted, path, hardware, api_key_env, drafts) -> dict:

@@ -37,6 +37,8 @@ def _add_and_decode(tmp_path, monkeypatch, url: str, source, engine: str):
     _, folder = run_notebook("decode", tmp_path, {"model": str(written), "prompt_lengths": [64, 512],
                                                   "output_tokens": 16, "repetitions": 2, "warmup": 1})
     assert verify(folder) == []
+    drafts = json.loads((folder / "fingerprint.json").read_text())["server"]["speculative"]["server_counts_drafts"]
+    assert "speculative" not in params and drafts is False  # the params and the run's fingerprint agree
     sealed = json.loads((folder / "census.json").read_text())["census"]
     assert sealed["bytes_per_token"] == model.census["bytes_per_token"] and sealed["kv_bytes_per_token"] == 2048
     table = json.loads((folder / "summary.json").read_text())["table"]
@@ -82,3 +84,27 @@ def test_decode_names_llama_servers_prompt_cache_stall_as_prefill_does(tmp_path)
     findings = [f["text"] for f in json.loads((folder / "summary.json").read_text())["findings"]]
     (stall,) = [t for t in findings if "STALL" in t]
     assert stall.startswith("TTFT here: LLAMA-SERVER'S OWN STALL") and "--cache-ram 0" in stall
+
+
+@pytest.mark.parametrize("nvml_name, file", [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H100 NVL", "h100-nvl"),
+    ("NVIDIA H200", "h200"), ("NVIDIA H200 NVL", "h200-nvl"), ("NVIDIA B200", "b200"),
+    ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"), ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
+    ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"), ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
+    ("NVIDIA L40S", "l40s"), ("NVIDIA GeForce RTX 4090", "rtx-4090"), ("NVIDIA GeForce RTX 5090", "rtx-5090"),
+    ("NVIDIA GB10", "gb10"), ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "rtx-pro-6000")])
+def test_the_hardware_params_are_chosen_from_nvmls_name(nvml_name, file):
+    """The names as NVML gives them (an H100 without a file stopped `model add` on the lent GPU)."""
+    from sparknb.model_add import hardware_for
+    from sparknb.runs.params import load_hardware
+
+    assert hardware_for(nvml_name) == file
+    hw = load_hardware(file)  # every nameplate cites the vendor's own figure
+    assert hw.memory_bandwidth_gbs and hw.source.startswith("NVIDIA") and "B/s" in hw.source
+
+
+def test_a_gpu_no_hardware_file_names_is_an_error_naming_the_fix():
+    from sparknb.model_add import hardware_for
+
+    with pytest.raises(ParamsError, match="pass --hardware NAME"):
+        hardware_for("NVIDIA Tesla V100-SXM2-16GB")

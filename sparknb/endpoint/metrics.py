@@ -84,6 +84,14 @@ class Snapshot:
     def has(self, name: str) -> bool:
         return any(k == name or k.startswith(name + "{") for k in self.values)
 
+    def speculates(self, stated: bool | None) -> bool | None:
+        """Whether the server speculates: where its engine can tell (`stated`: llama-server's slots), that; else
+        whether it exposes draft counters (vLLM only with a speculative config); None without a scrape.
+        llama-server exposes its draft counters always, at zero without a draft model."""
+        if stated is not None:
+            return stated
+        return self.has(DRAFTS) if self.values else None
+
     def load(self) -> dict[str, float | None]:
         """Requests in flight, for the guard; None where the gauge could not be read."""
         return {"running": self[RUNNING], "waiting": self[WAITING]}

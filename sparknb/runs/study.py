@@ -332,9 +332,7 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
         else:
             all_params |= {"model": loaded[0].model_dump(), "endpoint": ep.url}
             scrape = ep.snapshot(text)
-            # Whether the server speculates: where its engine can tell (llama-server's slots), else by its counters
-            drafts = (server.facts["speculative"] if server.facts.get("speculative") is not None
-                      else scrape.has(metrics.DRAFTS) if scrape.values else None)
+            drafts = scrape.speculates(server.facts.get("speculative"))
             server_facts = server.as_dict() | {"speculative": {"declared": loaded[0].speculative,
                                                                "server_counts_drafts": drafts}}
         run = Run.create(notebook, all_params, run_id=run_id, outputs=outputs,
