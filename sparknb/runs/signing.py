@@ -14,6 +14,7 @@ import getpass
 import hashlib
 import logging
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -53,6 +54,15 @@ def _ssh_keygen(*args: str, data: bytes = b"") -> subprocess.CompletedProcess:
         raise RunError("ssh-keygen is not installed (it signs and checks seals): install openssh-client") from None
     except subprocess.TimeoutExpired:
         raise RunError(f"ssh-keygen {args[0]} {args[1]} gave no answer in {TIMEOUT_S} s") from None
+
+
+def absent() -> str | None:
+    """Said once in a run's first lines where ssh-keygen is missing (as on a bare GPU machine), rather than only as
+    each comparison's warning that a run is UNSIGNED; None where it is installed."""
+    if shutil.which("ssh-keygen"):
+        return None
+    return ("NO SSH-KEYGEN: this run will be sealed UNSIGNED (its files hashed, nothing vouching for the hashes). "
+            "Install openssh-client (apt-get install -y openssh-client) to sign runs.")
 
 
 def key() -> Path:

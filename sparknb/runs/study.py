@@ -22,7 +22,7 @@ from ..errors import ParamsError
 from ..machine import energy, fingerprint, guard, probe, telemetry
 from ..roofline import bandwidth, census
 from ..verdicts.stats import drift
-from . import interrupt
+from . import interrupt, signing
 from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
 from .redaction import redact
 from .report import Finding, info, warning
@@ -339,6 +339,8 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
                          label="-".join(dict.fromkeys(names)), secrets=keys)
         box = probe.measure(hardware, fingerprint.nvml())
         print(box.finding(), flush=True)
+        if signing.absent():
+            print(signing.absent(), flush=True)
         fp = fingerprint.take(server=server_facts, params=all_params, project_dir=project_root(), secrets=keys,
                               probe=box.as_dict())
         run.write_json("fingerprint.json", fp)
