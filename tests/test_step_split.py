@@ -1,0 +1,86 @@
+"""Each decode step split into the bytes' time at the box's bandwidth and the rest, and what follows from it, on
+the figures of a lent H100 (llama-server, random F16 GGUFs): an MoE in Qwen3-30B-A3B's shape cut to 24 layers read
+3,365,834,752 B a token and took 2.942 ms, a dense Qwen3-4B shape 8,045,328,384 B and 4.438 ms, at the probe's
+3,022 GB/s. Bytes alone predicted a dense/MoE ratio of 0.418; 0.663 was measured; with the rest counted, 0.65."""
+
+import math
+import types
+
+import pytest
+from test_compare import decode_run, fingerprint, headline_of, row
+from test_decode import _measured
+
+from sparknb.roofline import bandwidth
+from sparknb.studies import decode
+
+MOE, DENSE = 3_365_834_752, 8_045_328_384
+H100, H200 = 3022e9, 4297e9  # the probes' own figures, GB/s
+
+
+def _study(weights: float, bandwidth_bytes_s: float):
+    limit = bandwidth.Limit(weights, bandwidth_bytes_s, "a census by hand", measured_gbs=bandwidth_bytes_s / 1e9,
+                            divides_by="measured")
+    return types.SimpleNamespace(limit=limit, model=types.SimpleNamespace(speculative=None))
+
+
+def _table(ms: float, study, lengths=(111, 4096)):
+    """Seven requests a length around `ms` per token (one in 400 apart), summarized as the decode notebook does."""
+    speeds = [1000 / ms * (1 + k / 400) for k in range(-3, 4)]
+    df = _measured([(n, 149 / v, 149 / v, None) for n in lengths for v in speeds])
+    return df, decode.summarize(df, study)
+
+
+def test_the_table_and_the_findings_split_each_step_into_reading_and_the_rest():
+    study = _study(MOE, H100)
+    df, table = _table(2.942, study)
+    r = table.loc[111]
+    assert r["read ms"] == pytest.approx(1000 * MOE / H100) == pytest.approx(1.114, abs=5e-4)
+    assert r["rest ms"] == pytest.approx(2.942 - 1.114, abs=1e-3) and r["step ms"] == pytest.approx(2.942, abs=1e-6)
+    assert r["rest 95% low"] < r["rest ms"] < r["rest 95% high"]  # the median's interval, carried to the rest
+    assert r["read ms"] / r["step ms"] == pytest.approx(r["% of limit"] / 100)  # the share keeps its meaning
+    text = "\n".join(map(str, decode.findings(df, table, study.limit, "h100-sxm")))
+    assert "at 111 tokens 1.83 ms of each 2.94 ms step is not reading memory (95%: " in text
+    assert "and 1.11 ms is reading" in text and "3,022 GB/s measured" in text
+    assert "NOT BANDWIDTH-BOUND" not in text  # 38% of the limit: above the one-third line
+
+
+def test_under_a_third_of_the_limit_the_label_says_what_a_faster_memory_would_and_would_not_change():
+    """The same MoE on an H200's measured bandwidth: 1.83 ms of rest and 0.78 ms of reading, 30% of the limit. The
+    label once said a faster memory would change nothing; twice the bandwidth makes this step 18% faster."""
+    study = _study(MOE, H200)
+    df, table = _table(1000 * MOE / H200 + 1.828, study)
+    assert table.loc[111, "% of limit"] < 100 / 3
+    (label,) = [n for n in decode.findings(df, table, study.limit, "h200") if "NOT BANDWIDTH-BOUND" in n.text]
+    assert "would not make" not in label.text and "1.83 ms of each 2.61 ms step is not reading memory" in label.text
+    doubled = 1.828 + 1000 * MOE / H200 / 2
+    assert f"twice the bandwidth: {doubled:.2f} ms a step, {(1.828 + 1000 * MOE / H200) / doubled - 1:.0%} faster" \
+        in label.text and "leaves the 1.83 ms as it is" in label.text
+
+
+def _run(tmp_path, name, weights, ms, seed):
+    _, table = _table(ms, _study(weights, H100), lengths=(111,))
+    return decode_run(tmp_path, name, 1000 / ms, fingerprint(), seed=seed, lengths=(111,), reps=7, spread=0.002,
+                      table=table.reset_index().to_dict(orient="records"))
+
+
+def test_the_comparison_predicts_the_ratio_with_the_rest_counted_in_whole_sentences(tmp_path):
+    moe, dense = _run(tmp_path, "moe", MOE, 2.942, 1), _run(tmp_path, "dense", DENSE, 4.438, 2)
+    _, h = headline_of(tmp_path, moe, dense)
+    by_bytes = row(h, "speed ratio at 111 tokens predicted by the byte curves")
+    assert by_bytes.values["dense"] == pytest.approx(MOE / DENSE) == pytest.approx(0.418, abs=1e-3)
+    assert "dense: predicted 0.42x, measured 0.66x, 58% beyond it: the base's step is held by more than reading " \
+           "memory." == by_bytes.note
+    rested = row(h, "speed ratio at 111 tokens predicted with each step's rest counted")
+    rest = (2.942 - 1000 * MOE / H100 + 4.438 - 1000 * DENSE / H100) / 2
+    assert rested.values["dense"] == pytest.approx((1000 * MOE / H100 + rest) / (1000 * DENSE / H100 + rest))
+    assert abs(rested.values["dense"] / (2.942 / 4.438) - 1) < 0.05  # within 5% of the measured ratio
+    assert rested.note.startswith("dense: bytes alone predict 0.42x; with 1.80 ms a step besides reading")
+    assert "they predict 0.65x, and 0.66x was measured. A cost per step that both models pay" in rested.note
+    assert rested.note.endswith(".") and not math.isnan(rested.values["moe"])
+
+
+def test_a_rest_one_step_has_beyond_the_other_is_named_as_what_moves_the_ratio(tmp_path):
+    moe, dense = _run(tmp_path, "moe", MOE, 4.0, 1), _run(tmp_path, "dense", DENSE, 4.438, 2)
+    _, h = headline_of(tmp_path, moe, dense)
+    note = row(h, "speed ratio at 111 tokens predicted with each step's rest counted").note
+    assert "The rests differ: moe's step holds 1.11 ms more than dense's besides reading memory" in note
