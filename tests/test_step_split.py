@@ -84,3 +84,29 @@ def test_a_rest_one_step_has_beyond_the_other_is_named_as_what_moves_the_ratio(t
     _, h = headline_of(tmp_path, moe, dense)
     note = row(h, "speed ratio at 111 tokens predicted with each step's rest counted").note
     assert "The rests differ: moe's step holds 1.11 ms more than dense's besides reading memory" in note
+
+
+def test_prefills_floor_for_an_moe_counts_the_experts_a_prompt_touches_and_each_micro_batch():
+    """The MoE's census by hand: 24 layers of 128 experts (gate, up, down of 2048 x 768, F16), 8 routed a token, an
+    untied head of Qwen's 151,936 x 2048. Decode's 8 of 128 called a 111-token prompt 8% of its floor."""
+    from sparknb.engines.llamacpp import LLAMACPP
+
+    experts = 24 * 128 * 3 * 2048 * 768 * 2
+    head = 151_936 * 2048 * 2
+    other = MOE - experts * 8 / 128 - head  # attention, norms, routers, one embedding row
+    batch = LLAMACPP.micro_batch(LLAMACPP.settings(["llama-server", "-m", "moe.gguf", "--cache-ram", "0"]))
+    assert batch == 512 and LLAMACPP.micro_batch(LLAMACPP.settings(["llama-server", "-ub", "256"])) == 256
+    assert LLAMACPP.micro_batch({"unknown": "not on this machine"}) is None
+    limit = bandwidth.Limit(MOE, H100, "by hand", experts={"bytes": experts, "used": 8, "of": 128}, head_bytes=head,
+                            micro_batch=batch)
+    assert limit.prefill_bytes(1) == pytest.approx(MOE)  # one token reads what a decode step reads
+    touched = 1 - (1 - 8 / 128) ** 111
+    assert touched > 0.999 and limit.prefill_bytes(111) == pytest.approx(head + other + experts * touched)
+    two = 2 * other + experts * (1 - (1 - 8 / 128) ** 512 + 1 - (1 - 8 / 128) ** 88)
+    assert limit.prefill_bytes(600) == pytest.approx(head + two)  # 512 + 88: the weights read again
+    one_pass = bandwidth.Limit(MOE, H100, "by hand", experts={"bytes": experts, "used": 8, "of": 128}, head_bytes=head)
+    assert one_pass.prefill_bytes(600) < limit.prefill_bytes(600)  # no micro-batch said: one pass, the least
+    from sparknb.studies.prefill.tables import floor
+
+    ms = 1000 * limit.prefill_bytes(111) / H100
+    assert floor(limit, 111, 0.013)["% of floor"] == pytest.approx(100 * ms / 13) and 70 < 100 * ms / 13 < 85

@@ -46,6 +46,11 @@ class Engine:
                     "--") and not (following.startswith("-") and not following[1:2].isdigit()) else True)
         return found
 
+    def micro_batch(self, settings: dict | None) -> int | None:
+        """The tokens its prefill reads the weights once for, from its command line's settings (fingerprint);
+        None where it does not say: prefill's floor then counts one pass, the least it could read."""
+        return None
+
     def request_fields(self, ignore_eos: bool, max_tokens: int, reuse_prompt: bool) -> dict:
         """The request's fields beyond OpenAI's: a fixed answer length (`ignore_eos`), and whether the server
         may serve the prompt's start from a cache of earlier prompts (`reuse_prompt`), where it can be told."""

@@ -30,6 +30,7 @@ from ..serving import llama_log
 from .base import Engine, Post
 
 STALL_FIX = "--cache-ram 0"
+UBATCH = 512  # llama-server's --ubatch-size by default: a prompt's weights are read again for each such micro-batch
 STALL_MS = 5.0  # beyond HTTP and the client (under 1 ms at any length here): a wait inside the server
 
 
@@ -75,6 +76,14 @@ class LlamaCpp(Engine):
     idle_draft = ("llama-server loads a draft model given by --model-draft but drafts with it only under "
                   "--spec-type draft-simple (its default is none): add it. With --spec-type ngram-simple a step "
                   "drafts only where the text repeats a run of 12 tokens")
+
+    def micro_batch(self, settings: dict | None) -> int | None:
+        """--ubatch-size, 512 unless its command line (read where it runs here) sets it; unknown where it cannot
+        be read."""
+        if not isinstance(settings, dict) or "unknown" in settings:
+            return None
+        given = settings.get("ubatch")
+        return int(given) if isinstance(given, str) and given.isdigit() else UBATCH
 
     def recognises(self, answer: Any) -> bool:
         return isinstance(answer, dict) and ("build_info" in answer or "default_generation_settings" in answer)

@@ -31,6 +31,9 @@ class Limit:
     nameplate_gbs: float | None = None
     measured_gbs: float | None = None
     divides_by: str = "nameplate"  # or "measured"
+    experts: dict | None = None  # the census's routed experts ({"bytes", "used", "of"}); None: no census
+    head_bytes: float = 0.0  # the output head's read (the census's), once per prompt in prefill
+    micro_batch: int | None = None  # the engine's prefill micro-batch (llama-server's --ubatch-size); None: unknown
 
     def kv_bytes(self, context: float = 0.0) -> float | None:
         """The KV read of one step at `context` tokens of context; None where it is not known."""
@@ -55,6 +58,22 @@ class Limit:
     def tokens_per_s(self, tokens_per_step: float = 1.0, context: float = 0.0) -> float | None:
         ms = self.ms_per_token(tokens_per_step, context)
         return None if ms is None else 1000.0 / ms
+
+    def prefill_bytes(self, n: int) -> float | None:
+        """The least a prompt of `n` tokens reads and writes: per micro-batch of u tokens the weights every token
+        reads and the routed experts those u tokens touch (of E with k routed per token, E(1-(1-k/E)^u) per layer,
+        all of them beyond a few dozen tokens), the head once, and the prompt's KV written. Counting decode's k of
+        E called an H100 MoE's 111-token prompt 8% of its floor where it was near 77%. One pass where the engine
+        gives no micro-batch (the least it could read). None where the bytes are unknown."""
+        if self.bytes_per_step is None:
+            return None
+        ex = self.experts or {"bytes": 0, "used": 0, "of": 0}
+        share = ex["used"] / ex["of"] if ex["of"] else 1.0
+        rest = self.bytes_per_step - ex["bytes"] * share * bool(ex["of"]) - self.head_bytes
+        size = self.micro_batch or n
+        batches = [size] * (n // size) + ([n % size] if n % size else [])
+        touched = sum(1 - (1 - share) ** u if ex["of"] else 0.0 for u in batches)
+        return self.head_bytes + len(batches) * rest + ex["bytes"] * touched + (self.kv_bytes(n) or 0.0)
 
     def describe(self) -> str:
         """What the limit divides, by what, and what it leaves out: shown wherever a share of it is."""
@@ -85,9 +104,10 @@ def bytes_per_step(model: ModelParams) -> float | None:
 
 
 def limit(model: ModelParams, hardware: HardwareParams, census: Census | None = None,
-          probe: dict | None = None) -> Limit:
+          probe: dict | None = None, micro_batch: int | None = None) -> Limit:
     """The limit from hand-written weights (they win, marked) or the census, over the measured bandwidth where
-    the probe (the fingerprint's `bandwidth_probe`) ran on this hardware's device, else the nameplate."""
+    the probe (the fingerprint's `bandwidth_probe`) ran on this hardware's device, else the nameplate;
+    `micro_batch`: the engine's prefill micro-batch, where it says one (Limit.prefill_bytes)."""
     nameplate = hardware.memory_bandwidth_gbs
     measured = (probe or {}).get("gbs")
     same = measured is not None and same_device(probe, hardware)
@@ -97,8 +117,10 @@ def limit(model: ModelParams, hardware: HardwareParams, census: Census | None = 
     else:
         weights = census.bytes_per_token if census else None
         source = f"{model.name}: census of {census.checkpoint}" if census else f"{model.name}: no weights, no census"
+    counted = census is not None and model.weights is None
     return Limit(weights, gbs * 1e9 if gbs else None, f"{source}; {hardware.name}: {hardware.source}",
-                 census.kv if census else None, nameplate, measured, "measured" if same and nameplate else "nameplate")
+                 census.kv if census else None, nameplate, measured, "measured" if same and nameplate else "nameplate",
+                 census.experts if counted else None, census.head["per_token"] if counted else 0.0, micro_batch)
 
 
 def same_device(probe: dict, hardware: HardwareParams) -> bool:

@@ -55,7 +55,9 @@ class Study:
 
     @property
     def limit(self) -> bandwidth.Limit:
-        return bandwidth.limit(self.model, self.hardware, self.census, self.fingerprint.get("bandwidth_probe"))
+        server = self.fingerprint.get("server") or {}
+        batch = self.endpoint.engine.micro_batch(server.get("settings")) if self.endpoint is not None else None
+        return bandwidth.limit(self.model, self.hardware, self.census, self.fingerprint.get("bandwidth_probe"), batch)
 
     @property
     def speculative(self) -> bool | None:

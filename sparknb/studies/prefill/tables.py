@@ -91,13 +91,14 @@ def summarize(df: pd.DataFrame, stopped: dict[int, str] | None = None, limit=Non
 
 
 def floor(limit, length: int, ttft_s: float) -> dict:
-    """The prompt's KV cache (written once) and the bandwidth floor of a prefill: the weights read once and that
-    KV written, over the box's bandwidth; prefill is compute-bound, so its share of the floor is small and says
-    how far from memory-bound it is. None where the census or the bandwidth is unknown."""
-    kv, step = limit.kv_bytes(length), limit.step_bytes(length)
-    ms = 1000 * step / limit.bandwidth_bytes_s if step and limit.bandwidth_bytes_s else None
-    return {"KV MB": kv / 1e6 if kv is not None else None, "bandwidth floor ms": ms,
-            "% of floor": 100 * ms / (1000 * ttft_s) if ms and ttft_s > 0 else None}
+    """The prompt's KV cache (written once) and the bandwidth floor of a prefill: the weights its micro-batches read
+    (an MoE's experts as many as the prompt touches) and that KV written, over the box's bandwidth
+    (Limit.prefill_bytes); prefill is compute-bound, so its share of the floor says how far from memory-bound it
+    is. None where the census or the bandwidth is unknown."""
+    kv, read = limit.kv_bytes(length), limit.prefill_bytes(length)
+    ms = 1000 * read / limit.bandwidth_bytes_s if read and limit.bandwidth_bytes_s else None
+    return {"KV MB": kv / 1e6 if kv is not None else None, "floor GB read": read / 1e9 if read else None,
+            "bandwidth floor ms": ms, "% of floor": 100 * ms / (1000 * ttft_s) if ms and ttft_s > 0 else None}
 
 
 def _hit_percent(g: pd.DataFrame) -> float | None:
