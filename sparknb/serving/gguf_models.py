@@ -171,8 +171,10 @@ def _rope_theta(config: dict) -> float:
     return float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
 
 
-def _tokenizer(writer: Any, source: Path) -> None:
-    """Tokens, types and merges from the checkpoint's tokenizer.json; see the module's docstring."""
+def _tokenizer(writer: Any, source: Path, pad_to: int | None = None) -> None:
+    """Tokens, types and merges from the checkpoint's tokenizer.json; see the module's docstring. `pad_to`: a
+    vocabulary padded with unused tokens to that many rows, as Qwen's checkpoints are (151,936 rows for 151,669
+    tokens), so that a random model's embedding and head read what the real model's do."""
     import gguf
 
     spec = json.loads((source / "tokenizer.json").read_text())
@@ -186,6 +188,9 @@ def _tokenizer(writer: Any, source: Path) -> None:
         raise ParamsError(f"{source}/tokenizer.json: token ids are not 0..{len(by_id) - 1} without gaps")
     tokens = [t for t, _ in by_id]
     types = [gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t in tokens]
+    pad = range(len(tokens), pad_to or 0)
+    tokens += [f"[PAD{i}]" for i in pad]
+    types += [gguf.TokenType.UNUSED for _ in pad]
     merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre(PRE_TOKENIZER)
