@@ -16,7 +16,7 @@
 # It prints the total, which must stay under the 60 MiB the call carries (about 35 MiB when made).
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
-mkdir -p .device .whl
+rm -rf .whl && mkdir -p .device .whl
 exclude=$(git rev-parse --git-common-dir)/info/exclude
 mkdir -p "$(dirname "$exclude")" && touch "$exclude"
 for p in /.device/ /.device-build/ /.whl/; do grep -qxF "$p" "$exclude" || echo "$p" >> "$exclude"; done
@@ -68,18 +68,19 @@ EOF
 import re
 from importlib import metadata
 
-ROOTS = ["sparknb", "papermill", "nbconvert", "ipykernel", "gguf"]
+ROOTS = ["sparknb", "papermill", "nbconvert", "ipykernel", "gguf", "httpx"]  # sparknb imports httpx itself
 HAS = {"torch", "transformers", "pandas", "statsmodels", "matplotlib", "pyarrow", "prometheus-client",
        "nvidia-ml-py", "numpy", "scipy", "pillow", "tokenizers", "safetensors", "huggingface-hub", "requests",
        "urllib3", "certifi", "idna", "charset-normalizer", "tqdm", "filelock", "fsspec", "packaging", "jinja2",
        "markupsafe", "sympy", "mpmath", "networkx", "typing-extensions", "setuptools", "triton", "regex",
        "python-dateutil", "six", "pytz", "tzdata", "patsy", "kiwisolver", "fonttools", "cycler", "contourpy",
        "pyparsing", "hf-xet", "sentencepiece", "psutil"}
+SKIP = {"jupyterlab", "widgetsnbextension", "jupyterlab-widgets"}  # the lab (and its server), not a headless run
 norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()  # noqa: E731
 seen, todo = {}, list(ROOTS)
 while todo:
     name = norm(todo.pop())
-    if name in seen or name in HAS:
+    if name in seen or name in HAS or name in SKIP:
         continue
     try:
         dist = metadata.distribution(name)

@@ -110,3 +110,38 @@ def test_prefills_floor_for_an_moe_counts_the_experts_a_prompt_touches_and_each_
 
     ms = 1000 * limit.prefill_bytes(111) / H100
     assert floor(limit, 111, 0.013)["% of floor"] == pytest.approx(100 * ms / 13) and 70 < 100 * ms / 13 < 85
+
+
+@pytest.mark.server
+def test_llama_bench_beside_the_server_measures_the_engine_alone_and_splits_the_rest(tiny_dense_llama, dense_key):
+    """The pinned build makes llama-bench beside llama-server: on the served GGUF, at each prompt length as its
+    depth, it gives the engine's own ms per token; the step less it is the server's own."""
+    from sparknb.endpoint.client import Endpoint
+    from sparknb.roofline import census, checkpoint
+    from sparknb.serving import gguf_models
+
+    ep = Endpoint(tiny_dense_llama.url, "tiny-dense", api_key=dense_key)
+    try:
+        study = types.SimpleNamespace(endpoint=ep, census=census.count(checkpoint.read(gguf_models.gguf_file(
+            "tiny-dense"))))
+        plan = types.SimpleNamespace(output_tokens=8, prompt_lengths=[64, 256])
+        alone, how = decode.engine_alone(study, plan)
+    finally:
+        ep.close()
+    assert sorted(alone) == [64, 256] and all(0 < ms < 1000 for ms in alone.values()), how
+    assert "llama-bench on tiny-dense" in how and "tg8 at each length" in how
+    df, _ = _table(2 * alone[64], _study(1e6, 1e12), lengths=(64,))
+    table = decode.summarize(df, _study(1e6, 1e12), None, (alone, how))
+    assert table.loc[64, "engine ms"] == alone[64]
+    assert table.loc[64, "server's own ms"] == pytest.approx(table.loc[64, "step ms"] - alone[64])
+    text = "\n".join(map(str, decode.findings(df, table, _study(1e6, 1e12).limit, "cpu-host")))
+    assert f"llama-bench, the engine alone, took {alone[64]:.2f} ms a token" in text
+
+
+def test_without_llama_cpp_the_engine_alone_is_not_measured_and_says_why():
+    from sparknb.engines import ENGINES
+
+    study = types.SimpleNamespace(endpoint=types.SimpleNamespace(engine=ENGINES["vllm"], url="http://127.0.0.1:1/v1"),
+                                  census=None)
+    alone, how = decode.engine_alone(study, types.SimpleNamespace(output_tokens=8, prompt_lengths=[64]))
+    assert alone == {} and "only where llama.cpp's llama-server serves" in how

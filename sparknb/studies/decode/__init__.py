@@ -9,6 +9,7 @@ server's time (tables), so a burst is never read as speed.
 from ...runs.study import BURST, drifts
 from ..registry import Contract
 from .compare import compare
+from .engine_alone import measure as engine_alone
 from .findings import findings
 from .headline import headline_rows, speeds
 from .measure import reusable, sweep
@@ -18,5 +19,5 @@ from .tables import SPREAD, frame, share, summarize
 
 STUDY = Contract("decode", Plan, sweep, summarize, findings, headline_rows, order=10, speeds=speeds)
 
-__all__ = ["BURST", "SPREAD", "STUDY", "Plan", "compare", "drifts", "findings", "frame", "headline_rows", "plot",
+__all__ = ["BURST", "SPREAD", "STUDY", "Plan", "compare", "drifts", "engine_alone", "findings", "frame", "headline_rows", "plot",
            "reusable", "share", "summarize", "sweep"]

@@ -190,6 +190,14 @@ def _faster(row: pd.Series, n: int) -> str:
             "as it is.")
 
 
+def _alone(r: pd.Series) -> str:
+    """The rest split again where llama-bench measured the engine alone on the same GGUF."""
+    if pd.isna(r.get("engine ms")):
+        return ""
+    return (f"; llama-bench, the engine alone, took {r['engine ms']:.2f} ms a token: {r['engine ms'] - r['read ms']:.2f}"
+            f" ms of the rest is the engine's and {r['step ms'] - r['engine ms']:.2f} ms the server's own")
+
+
 def _split(table: pd.DataFrame, limit: Limit) -> list[Finding]:
     """Each length's step as the bytes' time at the box's bandwidth and the rest, with the rest's interval."""
     rows = table.dropna(subset=["rest ms"]) if "rest ms" in table else table.iloc[0:0]
@@ -197,7 +205,7 @@ def _split(table: pd.DataFrame, limit: Limit) -> list[Finding]:
         return []
     parts = [f"at {n:,} tokens {r['rest ms']:.2f} ms of each {r['step ms']:.2f} ms step is not reading memory"
              + (f" (95%: {r['rest 95% low']:.2f}-{r['rest 95% high']:.2f})" if pd.notna(r["rest 95% low"]) else
-                " (too few requests for an interval)") + f" and {r['read ms']:.2f} ms is reading"
+                " (too few requests for an interval)") + f" and {r['read ms']:.2f} ms is reading" + _alone(r)
              for n, r in rows.iterrows()]
     bw = f"{limit.bandwidth_bytes_s / 1e9:,.0f} GB/s {limit.divides_by}"
     return [info(f"The step, split: {'; '.join(parts)}. Reading is the bytes a step reads over {bw}, and the share "

@@ -21,6 +21,9 @@ class Plan(plan.Sweep):
     temperature: Annotated[float, COMPARED, RESUMED] = Field(0.0, ge=0, le=2)
     compare_with: Annotated[plan.RunIds, IGNORED] = Field(
         default_factory=list, description="earlier decode runs: folders or run ids")
+    engine_alone: Annotated[bool, IGNORED] = Field(
+        False, description="llama.cpp only: llama-bench on the served GGUF after the sweep, splitting each step's "
+        "rest into the engine's and the server's own (it loads a second copy of the weights)")
     resume_from: Annotated[str, IGNORED] = Field(
         "", description="an earlier decode run (folder or run id) that failed halfway: its finished requests are "
         "reused, only the rest measured")

@@ -42,10 +42,14 @@ def clean(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["interference"].isna()] if len(df) else df
 
 
-def summarize(df: pd.DataFrame, study, stopped: dict[int, str] | None = None) -> pd.DataFrame:
+def summarize(df: pd.DataFrame, study, stopped: dict[int, str] | None = None,
+              alone: tuple[dict[int, float], str] | None = None) -> pd.DataFrame:
     """Per prompt length: the median decode speed with its 95% interval, its spread, the client's ms per
     token against the server's own, TTFT and the bandwidth limit; `stopped`: why each length has the
     requests it has (repetitions auto).
+
+    `alone` (engine_alone.measure): the engine's own ms per token at each length, where it was measured: the
+    step less it is the server's own.
 
     Tokens per step comes from the server's speculative-decoding counters; a server without them
     serves one token per step only if the model's params name no speculative method, else it is unknown
@@ -86,6 +90,9 @@ def summarize(df: pd.DataFrame, study, stopped: dict[int, str] | None = None) ->
             **curve,
             "% of limit": 100 * value / curve["limit tok/s"] if curve["limit tok/s"] and value else None,
             **split(curve, median if len(speeds) else None),
+            **({"engine ms": (alone[0] or {}).get(int(length)),
+                "server's own ms": _less(1000 / value if value else None, (alone[0] or {}).get(int(length)))}
+               if alone is not None else {}),
             **({"stopped": stopped.get(int(length))} if stopped else {}),
         })
     return pd.DataFrame(out).set_index("prompt tokens") if out else pd.DataFrame()
@@ -98,6 +105,10 @@ def limit_at(limit, context: float, tokens_per_step: float | None) -> dict:
     return {"MB read/step": step / 1e6 if step else None, "KV MB/step": kv / 1e6 if kv is not None else None,
             "KV % of bytes": 100 * kv / step if step and kv is not None else None,
             "limit tok/s": limit.tokens_per_s(tokens_per_step, context) if tokens_per_step else None}
+
+
+def _less(a: float | None, b: float | None) -> float | None:
+    return a - b if a is not None and b is not None else None
 
 
 def split(curve: dict, median) -> dict:
