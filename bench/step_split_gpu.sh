@@ -10,13 +10,13 @@
 #    cut to 24 layers (128 experts, 8 a token; 15.6 B parameters, 31.2 GB) and Qwen3-4B's dense shape (8.0 GB);
 # 2. each model's params written here: engine llama.cpp, its GGUF as `checkpoint` (the census counts it at the start
 #    of every run), the hardware chosen from NVML's name (sparknb.model_add.hardware_for), one slot, --cache-ram 0;
-# 3. llama-bench on each GGUF (tg128 at depth 0 and 4,096, five samples): the engine alone;
-# 4. a campaign (the MoE first, so it is the comparison's base): decode at 111, 1,024 and 4,096 prompt tokens and
-#    prefill at 111, 364, 1,024 and 4,096, six requests a length; then the comparison of that campaign;
-# 5. bench/step_split_show.py: each model's step split (bytes' time, rest, llama-bench's engine alone, the server's
-#    own), the predicted ratios, prefill's floors, the comparison's own words.
+# 3. a campaign (the MoE first, so it is the comparison's base): decode at 111 and 4,096 prompt tokens
+#    (128-token answers, with engine_alone: llama-bench on the same GGUF after each sweep) and prefill at 111, 512 and
+#    2,048, six requests a length; then the comparison of that campaign, its rows printed;
+# 4. bench/step_split_show.py: each model's step split (bytes' time, rest, the engine alone, the server's own), the
+#    predicted ratios, prefill's floors, the comparison's own words.
 # What comes back in $OUT: session.log (all of it, the tables at its end) and runs.tgz (the sealed run folders, the
-# campaign, the comparison, llama-bench's JSON, the logs).
+# campaign, the comparison, the logs).
 #
 # A CPU rehearsal (the same steps with 2-layer GGUFs and a CPU llama-server and llama-bench): SMALL=1 WHEELS=0
 # PY=.venv/bin/python LLAMA_BIN=<folder of llama-server and llama-bench> bash bench/step_split_gpu.sh
@@ -42,7 +42,7 @@ fi
 "$PY" -c 'import sparknb, papermill, openai, gguf, yaml, pydantic' || exit 1
 command -v ssh-keygen >/dev/null || echo "(no ssh-keygen here: every run below is sealed UNSIGNED)"
 DEV=$ROOT/.device-build
-mkdir -p "$DEV/models" "$LOGS/bench"
+mkdir -p "$DEV/models"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1 |
     tee "$LOGS/gpu.txt"
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
@@ -100,15 +100,9 @@ EOF
 }
 params moe-30b-a3b-24l $MOE moe 8091 && params dense-4b $DENSE dense 8092
 
-stamp "llama-bench: the engine alone on each GGUF"
-for shape in $MOE $DENSE; do
-    timeout 90 "$DEV/bin/llama-bench" -m "$DEV/models/$shape-random-f16.gguf" -ngl 99 -p 0 -n 128 -d 0,4096 -r 5 \
-        -o json > "$LOGS/bench/$shape.json" 2> "$LOGS/bench/$shape.log" || tail -5 "$LOGS/bench/$shape.log"
-done
-
 stamp "the campaign ($(left) s left)"
-LENGTHS_D=$([ "$SMALL" = 1 ] && echo "[64, 700]" || echo "[111, 1024, 4096]")
-LENGTHS_P=$([ "$SMALL" = 1 ] && echo "[64, 700]" || echo "[111, 364, 1024, 4096]")
+LENGTHS_D=$([ "$SMALL" = 1 ] && echo "[64, 700]" || echo "[111, 4096]")
+LENGTHS_P=$([ "$SMALL" = 1 ] && echo "[64, 700]" || echo "[111, 512, 2048]")
 cat > "$LOGS/step-split.yaml" <<EOF
 name: step-split
 question: On one GPU, why is an MoE in Qwen3-30B-A3B's shape not as fast as its bytes say, against Qwen3-4B's?
@@ -119,6 +113,7 @@ studies:
     prompt_lengths: $LENGTHS_D
     output_tokens: 128
     repetitions: 6
+    engine_alone: true
   prefill:
     prompt_lengths: $LENGTHS_P
     repetitions: 6
@@ -135,7 +130,7 @@ else
     tail -30 "$LOGS/compare.log"
 fi
 stamp "the tables"
-"$PY" bench/step_split_show.py outputs "$LOGS/bench" 2>&1 | tee "$LOGS/tables.txt"
+"$PY" bench/step_split_show.py outputs 2>&1 | tee "$LOGS/tables.txt"
 stamp "pack"
 tail -c 20000 "$LOGS/build.log" > "$LOGS/build-tail.log" 2>/dev/null; rm -f "$LOGS/build.log"
 cp "$OUT/session.log" "$LOGS/" 2>/dev/null

@@ -1,20 +1,20 @@
-"""The step split of the latest decode and prefill run of each model under OUTPUTS, beside llama-bench's engine alone.
+"""The step split of the latest decode and prefill run of each model under OUTPUTS, as tables to quote.
 
-    python bench/step_split_show.py outputs BENCH_DIR
+    python bench/step_split_show.py outputs
 
-BENCH_DIR holds llama-bench's JSON (`-o json`) per GGUF, named after the GGUF's shape (bench/step_split_gpu.sh).
 Per decode length: the median step, the bytes' time at the box's bandwidth (read), the rest with its 95% interval,
-and where llama-bench ran on the same GGUF, the engine alone (its tg128 at the nearest depth, the mean of its samples
-after the first, which runs cold) and the server's own part (the step less the engine's). Then prefill's floors and
-the comparison's predicted-ratio rows in its own words.
+and where the run measured the engine alone (engine_alone: llama-bench on the same GGUF) its ms per token and the
+server's own part (the step less the engine's). Then prefill's floors and the comparison's predicted-ratio rows in
+its own words.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from pathlib import Path
+
+OWN = "server's own ms"
 
 
 def latest(outputs: Path, notebook: str) -> dict[str, Path]:
@@ -28,34 +28,16 @@ def latest(outputs: Path, notebook: str) -> dict[str, Path]:
     return runs
 
 
-def engine_alone(bench: Path, checkpoint: str) -> dict[int, float]:
-    """llama-bench's warm ms per token by depth, for the GGUF the run's census read."""
-    shape = Path(checkpoint).name.removesuffix("-random-f16.gguf")
-    path = bench / f"{shape}.json"
-    if not path.exists() or not path.read_text().strip():
-        return {}
-    out = {}
-    for t in json.loads(path.read_text()):
-        samples = [float(s) for s in t["samples_ts"]]
-        out[int(t["n_depth"])] = 1000 / statistics.fmean(samples[1:] or samples)
-    return out
-
-
-def decode_table(folder: Path, bench: Path) -> None:
+def decode_table(folder: Path) -> None:
     census = json.loads((folder / "census.json").read_text()).get("census") or {}
-    alone = engine_alone(bench, census.get("checkpoint", ""))
     print(f"\n{folder.name}: {census.get('bytes_per_token', 0):,.0f} B a token (census)")
-    print("| prompt tokens | tok/s | step ms | read ms | rest ms (95%) | % of limit | engine alone ms (depth) | "
-          "server's own ms |")
+    print("| prompt tokens | tok/s | step ms | read ms | rest ms (95%) | % of limit | engine alone ms | server's own ms |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in json.loads((folder / "summary.json").read_text())["table"]:
-        n = r["prompt tokens"]
-        depth = min(alone, key=lambda d: abs(d - n)) if alone else None
-        engine = alone.get(depth) if depth is not None else None
-        print(f"| {n:,} | {_f(r.get('decode tok/s (median)'), 1)} | {_f(r.get('step ms'))} | {_f(r.get('read ms'))} | "
-              f"{_f(r.get('rest ms'))} ({_f(r.get('rest 95% low'))}-{_f(r.get('rest 95% high'))}) | "
-              f"{_f(r.get('% of limit'), 1)} | {_f(engine)} (d{depth}) | "
-              f"{_f(r['step ms'] - engine if engine and r.get('step ms') else None)} |")
+        print(f"| {r['prompt tokens']:,} | {_f(r.get('decode tok/s (median)'), 1)} | {_f(r.get('step ms'))} | "
+              f"{_f(r.get('read ms'))} | {_f(r.get('rest ms'))} ({_f(r.get('rest 95% low'))}-"
+              f"{_f(r.get('rest 95% high'))}) | {_f(r.get('% of limit'), 1)} | {_f(r.get('engine ms'))} | "
+              f"{_f(r.get(OWN))} |")
 
 
 def prefill_table(folder: Path) -> None:
@@ -83,13 +65,13 @@ def _f(v, places: int = 3) -> str:
     return "-" if v is None else f"{v:,.{places}f}"
 
 
-def main(outputs: Path, bench: Path) -> None:
+def main(outputs: Path) -> None:
     for folder in latest(outputs, "decode").values():
-        decode_table(folder, bench)
+        decode_table(folder)
     for folder in latest(outputs, "prefill").values():
         prefill_table(folder)
     comparison(outputs)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    main(Path(sys.argv[1]))
