@@ -122,6 +122,7 @@ def test_llama_bench_beside_the_server_measures_the_engine_alone_and_splits_the_
 
     ep = Endpoint(tiny_dense_llama.url, "tiny-dense", api_key=dense_key)
     try:
+        ep.info()  # names its engine, as a study's start does
         study = types.SimpleNamespace(endpoint=ep, census=census.count(checkpoint.read(gguf_models.gguf_file(
             "tiny-dense"))))
         plan = types.SimpleNamespace(output_tokens=8, prompt_lengths=[64, 256])
