@@ -31,7 +31,8 @@ def latest(outputs: Path, notebook: str) -> dict[str, Path]:
 def decode_table(folder: Path) -> None:
     census = json.loads((folder / "census.json").read_text()).get("census") or {}
     print(f"\n{folder.name}: {census.get('bytes_per_token', 0):,.0f} B a token (census)")
-    print("| prompt tokens | tok/s | step ms | read ms | rest ms (95%) | % of limit | engine alone ms | server's own ms |")
+    print("| prompt tokens | tok/s | step ms | read ms | rest ms (95%) | % of limit | engine alone ms | "
+          "server's own ms |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in json.loads((folder / "summary.json").read_text())["table"]:
         print(f"| {r['prompt tokens']:,} | {_f(r.get('decode tok/s (median)'), 1)} | {_f(r.get('step ms'))} | "

@@ -19,5 +19,5 @@ from .tables import SPREAD, frame, share, summarize
 
 STUDY = Contract("decode", Plan, sweep, summarize, findings, headline_rows, order=10, speeds=speeds)
 
-__all__ = ["BURST", "SPREAD", "STUDY", "Plan", "compare", "drifts", "engine_alone", "findings", "frame", "headline_rows", "plot",
-           "reusable", "share", "summarize", "sweep"]
+__all__ = ["BURST", "SPREAD", "STUDY", "Plan", "compare", "drifts", "engine_alone", "findings", "frame",
+           "headline_rows", "plot", "reusable", "share", "summarize", "sweep"]

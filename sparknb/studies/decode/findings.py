@@ -194,8 +194,9 @@ def _alone(r: pd.Series) -> str:
     """The rest split again where llama-bench measured the engine alone on the same GGUF."""
     if pd.isna(r.get("engine ms")):
         return ""
-    return (f"; llama-bench, the engine alone, took {r['engine ms']:.2f} ms a token: {r['engine ms'] - r['read ms']:.2f}"
-            f" ms of the rest is the engine's and {r['step ms'] - r['engine ms']:.2f} ms the server's own")
+    engine, read, step = r["engine ms"], r["read ms"], r["step ms"]
+    return (f"; llama-bench, the engine alone, took {engine:.2f} ms a token: {engine - read:.2f} ms of the rest is "
+            f"the engine's and {step - engine:.2f} ms the server's own")
 
 
 def _split(table: pd.DataFrame, limit: Limit) -> list[Finding]:
