@@ -18,7 +18,8 @@
 # What comes back in $OUT: session.log (all of it, the tables at its end) and runs.tgz (the sealed run folders, the
 # campaign, the comparison, the logs).
 #
-# A CPU rehearsal (the same steps with 2-layer GGUFs and a CPU llama-server and llama-bench): SMALL=1 WHEELS=0
+# A CPU rehearsal (the same steps with 2-layer GGUFs of the test bed's vocabulary, 16-token answers, and a CPU
+# llama-server and llama-bench; HARDWARE=h200 draws a limit there, a wrong one, to show every table): SMALL=1 WHEELS=0
 # PY=.venv/bin/python LLAMA_BIN=<folder of llama-server and llama-bench> bash bench/step_split_gpu.sh
 set -uo pipefail
 ROOT=$PWD
@@ -46,14 +47,14 @@ mkdir -p "$DEV/models"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1 |
     tee "$LOGS/gpu.txt"
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-HARDWARE=$([ -n "$GPU" ] && "$PY" -c "from sparknb.model_add import hardware_for; print(hardware_for('$GPU'))" \
-           || echo cpu-host)
+HARDWARE=${HARDWARE:-$([ -n "$GPU" ] && "$PY" -c "from sparknb.model_add import hardware_for; print(hardware_for('$GPU'))" \
+           || echo cpu-host)}
 echo "GPU: ${GPU:-none}; hardware params: $HARDWARE"
 
 stamp "the two GGUFs, beside the build"
 MOE=qwen3-30b-a3b-24l DENSE=qwen3-4b
 gguf() { "$PY" docs/examples/h200-llamacpp/make_model.py "$DEV/models/$1-random-f16.gguf" --shape "$1" \
-         --vocab 151936 $([ "$SMALL" = 1 ] && echo --small); }
+         $([ "$SMALL" = 1 ] && echo --small || echo --vocab 151936); }
 (gguf $MOE && gguf $DENSE) > "$LOGS/models.log" 2>&1 &
 writer=$!
 
@@ -101,7 +102,8 @@ EOF
 params moe-30b-a3b-24l $MOE moe 8091 && params dense-4b $DENSE dense 8092
 
 stamp "the campaign ($(left) s left)"
-LENGTHS_D=$([ "$SMALL" = 1 ] && echo "[64, 700]" || echo "[111, 4096]")
+LENGTHS_D=$([ "$SMALL" = 1 ] && echo "[64, 256]" || echo "[111, 4096]")
+ANSWER=$([ "$SMALL" = 1 ] && echo 16 || echo 128)
 LENGTHS_P=$([ "$SMALL" = 1 ] && echo "[64, 700]" || echo "[111, 512, 2048]")
 cat > "$LOGS/step-split.yaml" <<EOF
 name: step-split
@@ -111,7 +113,7 @@ repetitions: 1
 studies:
   decode:
     prompt_lengths: $LENGTHS_D
-    output_tokens: 128
+    output_tokens: $ANSWER
     repetitions: 6
     engine_alone: true
   prefill:
