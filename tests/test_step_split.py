@@ -146,3 +146,21 @@ def test_without_llama_cpp_the_engine_alone_is_not_measured_and_says_why():
                                   census=None)
     alone, how = decode.engine_alone(study, types.SimpleNamespace(output_tokens=8, prompt_lengths=[64]))
     assert alone == {} and "only where llama.cpp's llama-server serves" in how
+
+
+def test_a_ratio_the_bytes_predict_only_by_chance_is_not_called_bandwidth_bound(tmp_path):
+    """Two steps of 1.2 and 1.6 ms with microseconds of reading: the bytes' 0.75x lands near the measured 0.75x by
+    chance, and reading memory sets neither step."""
+    moe, dense = _run(tmp_path, "moe", 3e6, 1.2, 1), _run(tmp_path, "dense", 4e6, 1.6, 2)
+    _, h = headline_of(tmp_path, moe, dense)
+    note = row(h, "speed ratio at 111 tokens predicted with each step's rest counted").note
+    assert "reading memory sets both steps" not in note and "The rests differ" in note
+
+
+def test_an_engine_alone_slower_than_the_server_is_not_used_to_split_the_rest():
+    """Seen on a loaded CPU: llama-bench took 13.8 ms a token where llama-server's step was 5.4 ms."""
+    study = _study(MOE, H100)
+    df, _ = _table(5.4, study, lengths=(256,))
+    table = decode.summarize(df, study, None, ({256: 13.8}, "llama-bench"))
+    text = "\n".join(map(str, decode.findings(df, table, study.limit, "h100-sxm")))
+    assert "took 13.80 ms a token, longer than the server's step" in text and "the server's own" not in text

@@ -195,6 +195,10 @@ def _alone(r: pd.Series) -> str:
     if pd.isna(r.get("engine ms")):
         return ""
     engine, read, step = r["engine ms"], r["read ms"], r["step ms"]
+    if engine > step:
+        return (f"; llama-bench, the engine alone, took {engine:.2f} ms a token, longer than the server's step: the "
+                "two ran differently (threads, load, build), so the rest is not split into the engine's and the "
+                "server's")
     return (f"; llama-bench, the engine alone, took {engine:.2f} ms a token: {engine - read:.2f} ms of the rest is "
             f"the engine's and {step - engine:.2f} ms the server's own")
 

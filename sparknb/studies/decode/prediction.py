@@ -10,6 +10,7 @@ measured) was predicted at 0.65x: the cost per step, not the experts' reads, mad
 
 from __future__ import annotations
 
+from ...roofline.bandwidth import FAR_BELOW
 from ...verdicts.verdict import Row, Runs
 
 GAP = 0.15  # measured this far from the prediction: the step is held by something besides reading memory
@@ -94,7 +95,7 @@ def _why(subject: str, row: dict, base: dict, base_name: str) -> str:
     text = (f"{subject}: bytes alone predict {_x(p0)}; with {rest:.2f} ms a step besides reading (the mean of the two "
             f"runs' rests: {subject} {row['rest ms']:.2f} ms, {base_name} {base['rest ms']:.2f} ms) they predict "
             f"{p1:.2f}x, and {m:.2f}x was measured.")
-    if p0 is not None and abs(m / p0 - 1) <= GAP:
+    if p0 is not None and abs(m / p0 - 1) <= GAP and all(_bound(r) for r in (row, base)):
         return text + " The bytes alone predict it: reading memory sets both steps."
     if abs(m / p1 - 1) <= CLOSE:
         return text + (" A cost per step that both models pay, not the bytes either reads, moves the ratio away "
@@ -102,6 +103,11 @@ def _why(subject: str, row: dict, base: dict, base_name: str) -> str:
     more, less = (subject, base_name) if row["rest ms"] > base["rest ms"] else (base_name, subject)
     return text + (f" The rests differ: {more}'s step holds {abs(row['rest ms'] - base['rest ms']):.2f} ms more than "
                    f"{less}'s besides reading memory, and that difference, beyond a cost both pay, moves the ratio.")
+
+
+def _bound(row: dict) -> bool:
+    """Reading holds at least a third of the step (the share of the limit the labels call bandwidth-bound)."""
+    return bool(row.get("step ms")) and row["read ms"] / row["step ms"] >= FAR_BELOW
 
 
 def _x(v: float | None) -> str:
