@@ -163,4 +163,4 @@ def test_an_engine_alone_slower_than_the_server_is_not_used_to_split_the_rest():
     df, _ = _table(5.4, study, lengths=(256,))
     table = decode.summarize(df, study, None, ({256: 13.8}, "llama-bench"))
     text = "\n".join(map(str, decode.findings(df, table, study.limit, "h100-sxm")))
-    assert "took 13.80 ms a token, longer than the server's step" in text and "the server's own" not in text
+    assert "took 13.80 ms a token, longer than the server's step" in text and "ms the server's own" not in text
