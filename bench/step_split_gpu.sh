@@ -47,8 +47,8 @@ mkdir -p "$DEV/models"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1 |
     tee "$LOGS/gpu.txt"
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-HARDWARE=${HARDWARE:-$([ -n "$GPU" ] && "$PY" -c "from sparknb.model_add import hardware_for; print(hardware_for('$GPU'))" \
-           || echo cpu-host)}
+pick="from sparknb.model_add import hardware_for; print(hardware_for('$GPU'))"
+HARDWARE=${HARDWARE:-$([ -n "$GPU" ] && "$PY" -c "$pick" || echo cpu-host)}
 echo "GPU: ${GPU:-none}; hardware params: $HARDWARE"
 
 stamp "the two GGUFs, beside the build"
