@@ -6,6 +6,7 @@ the figures of a lent H100 (llama-server, random F16 GGUFs): an MoE in Qwen3-30B
 import math
 import types
 
+import pandas as pd
 import pytest
 from test_compare import decode_run, fingerprint, headline_of, row
 from test_decode import _measured
@@ -164,3 +165,4 @@ def test_an_engine_alone_slower_than_the_server_is_not_used_to_split_the_rest():
     table = decode.summarize(df, study, None, ({256: 13.8}, "llama-bench"))
     text = "\n".join(map(str, decode.findings(df, table, study.limit, "h100-sxm")))
     assert "took 13.80 ms a token, longer than the server's step" in text and "ms the server's own" not in text
+    assert table.loc[256, "engine ms"] == 13.8 and pd.isna(table.loc[256, "server's own ms"])

@@ -107,8 +107,9 @@ def limit_at(limit, context: float, tokens_per_step: float | None) -> dict:
             "limit tok/s": limit.tokens_per_s(tokens_per_step, context) if tokens_per_step else None}
 
 
-def _less(a: float | None, b: float | None) -> float | None:
-    return a - b if a is not None and b is not None else None
+def _less(step: float | None, engine: float | None) -> float | None:
+    """The server's own part of a step; None where the engine alone took longer (it ran otherwise: threads, load)."""
+    return step - engine if step is not None and engine is not None and step >= engine else None
 
 
 def split(curve: dict, median) -> dict:
