@@ -1,4 +1,4 @@
-"""Write a random-weight F16 GGUF in the shape of Qwen3-4B (or Qwen3-1.7B) for llama.cpp's llama-server.
+"""Write a random-weight F16 GGUF in Qwen3-4B's shape (Qwen3-1.7B's, or a cut Qwen3-30B-A3B's) for llama-server.
 
 Nothing can be downloaded on the GPU machine, so the model is made from its shape alone: Qwen3-4B's
 (36 layers, hidden size 2560, 32 query and 8 key-value heads of 128, MLP 9728, tied embeddings) or
