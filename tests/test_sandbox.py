@@ -169,6 +169,40 @@ def test_printed_text_or_a_guessed_proof_on_every_pipe_is_never_a_pass(box):
     assert not g.passed and g.reason == sb.EXITED and "passed" in g.output
 
 
+# The forged pass of issue 38, as a model could answer every problem: it never runs a check, writes the harness's
+# "checked" line on the report descriptor named in its own argv, echoes the nonce read from the descriptor named
+# there too, writes a watch record of its own and exits 0 (graded a clean pass at every level before the judge).
+FORGED = """import os
+argv = open('/proc/self/cmdline', 'rb').read().split(b'\\0')
+report, nonce = int(argv[-5]), int(argv[-4])
+os.write(report, b'checked\\n')
+os.write(report, os.read(nonce, 64) + b'{"returned": [], "returns": 1, "laundered": null, "watched": true}\\n')
+os._exit(0)"""
+FAKE_BOOL = """import builtins
+class bool:
+    def __eq__(self, other):
+        return True
+bool.__module__ = 'builtins'
+builtins.bool = bool
+def has_close_elements(numbers, threshold):
+    return bool()"""
+FROM_THE_ASSERT = """import inspect, linecache
+def has_close_elements(numbers, threshold):
+    caller = inspect.stack()[1]
+    line = linecache.getline(caller.filename, caller.lineno) or ''.join(caller.code_context or [])
+    return 'True' in line.split('==')[-1]"""
+
+
+@pytest.mark.parametrize("level", sb.LEVELS)
+@pytest.mark.parametrize("answer", [FORGED, FAKE_BOOL, FROM_THE_ASSERT], ids=["forged", "fake-bool", "from-assert"])
+def test_a_forged_pass_a_fake_bool_and_an_answer_read_off_the_assert_line_never_pass(level, answer):
+    g = graded_chat(opened(level), answer)
+    assert not g.passed, g
+    assert g.reason == {FORGED: sb.ERROR, FAKE_BOOL: sb.ERROR, FROM_THE_ASSERT: sb.ASSERTION}[answer], g
+    assert "OSError" in g.detail if answer == FORGED else "builtins.bool, which is not plain data" in g.detail \
+        if answer == FAKE_BOOL else "line" in g.detail
+
+
 # -- hostile programs: contained, graded failed with their reason, and the next one still runs --------
 
 
@@ -320,7 +354,7 @@ def test_kill_minus_one_at_rlimits_reaches_no_process_but_the_programs_own():
     try:
         g = graded(opened("rlimits"), attack("import os, signal\nos.kill(-1, signal.SIGKILL)"))
         time.sleep(0.2)
-        assert g.reason == sb.ASSERTION and victim.poll() is None
+        assert g.reason == sb.KILLED and victim.poll() is None  # its judge shares its uid here: killed, never a pass
     finally:
         victim.kill()
         victim.wait()
@@ -402,16 +436,17 @@ def test_a_program_whose_grader_died_is_ended_by_the_next_sandbox_opened():
     assert living(marker) == set()
 
 
-def test_humaneval_counts_a_pass_through_an_object_equal_to_anything_at_the_top_and_shows_it_with_the_failures(box):
+def test_humaneval_fails_an_object_equal_to_anything_and_counts_an_unexpected_type_at_the_top(box):
     laundered = graded(box, ALWAYS_EQUAL + "    return Anything()\n")
     right, wrong = graded(box, RIGHT), graded(box, WRONG)
-    assert laundered.passed and "Anything whose own __eq__" in laundered.suspect, laundered
+    assert not laundered.passed and laundered.reason == sb.ERROR and "Anything, which is not plain data" in \
+        laundered.detail, laundered  # the judge compares only real builtins: nothing of the program's crosses
     assert right.passed and right.suspect is None and not wrong.passed and wrong.suspect is None
     as_int = graded(box, "    return int(any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:]))\n")
     assert as_int.passed and "returned int, a type the reference solution never returns (bool)" in as_int.suspect
     records = [{"problem": PROBLEM.id, "sample": i, "finish_reason": "stop", **g.as_dict()}
-               for i, g in enumerate((laundered, right, wrong))]
+               for i, g in enumerate((as_int, right, wrong))]
     trap = h.traps(records)
     assert trap.counts[h.grading.SUSPECT] == 1 and "1 pass(es) went through a return value" in trap.headline()
     table = h.failures(h.frame(records))
-    assert list(table["reason"]) == ["passed, SUSPECT", sb.ASSERTION] and "__eq__" in table["detail"].iloc[0]
+    assert list(table["reason"]) == ["passed, SUSPECT", sb.ASSERTION] and "returned int" in table["detail"].iloc[0]

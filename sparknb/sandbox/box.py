@@ -117,7 +117,7 @@ class Sandbox:
             listener.bind(("127.0.0.1", 0))
             listener.listen(1)
             listener.setblocking(False)
-            result = self._run_with(PROBE.format(port=listener.getsockname()[1]), None, self._probe_limits())
+            result = self._run_with(PROBE.format(port=listener.getsockname()[1]).encode(), {}, self._probe_limits())
             try:
                 reached = listener.accept()[0]
             except BlockingIOError:
@@ -141,34 +141,43 @@ class Sandbox:
         its files are gone; it never raises for what the program does. `watch` names a function whose returns
         are checked (Result.suspect) for a class of the program's own with its own __eq__, and recorded
         (Result.returned) for Result.against, which holds them to the types a reference solution returns."""
-        return self._run_with(program, watch, self.limits)
+        return self._run_with(program.encode(), {"watch": watch} if watch else {}, self.limits)
+
+    def check(self, program: str, checks: str, name: str) -> Result:
+        """Grade `program` by `checks` (source defining `check(candidate)`, as HumanEval's tests do): the program
+        runs in a process of its own, and the checks in the harness's, which it cannot read, trace or kill, with
+        `candidate` calling the program's function `name` and getting back only plain data (real builtins). The
+        verdict is the harness's word: nothing the program can write or read carries it (Result.returned: the
+        types the function returned to the checks)."""
+        frames = b"".join(len(b).to_bytes(8, "big") + b for b in (program.encode(), checks.encode()))
+        return self._run_with(frames, {"checks": name}, self.limits)
 
     def _probe_limits(self) -> Limits:
         """The probe tests the level, not the limits: a wall clock of a second can pass on a loaded machine before a
         launcher has started at all."""
         return replace(self.limits, wall_s=max(self.limits.wall_s, 60.0), cpu_s=max(self.limits.cpu_s, 10))
 
-    def _run_with(self, program: str, watch: str | None, limits: Limits) -> Result:
+    def _run_with(self, source: bytes, setup: dict, limits: Limits) -> Result:
         t0 = time.perf_counter()
         uid = fence.fresh_uid() if self.root else None
         try:
             with self._folder(uid) as folder:
                 launch = MODULES[self.level].launch(self.launcher, self.interpreter.prefixes, uid, folder,
                                                     limits.file_mb * 1024 * 1024)
-                return self._run(launch, uid, folder, program, watch, t0, limits)
+                return self._run(launch, uid, folder, source, setup, t0, limits)
         finally:
             fence.release(uid)
 
-    def _run(self, launch: Launch, uid: int | None, folder: str, program: str, watch: str | None, t0: float,
+    def _run(self, launch: Launch, uid: int | None, folder: str, source: bytes, setup: dict, t0: float,
              limits: Limits) -> Result:
         cgroup = fence.Cgroup.make(self.cgroups) if self.cgroups else None
         try:
-            proc, report, nonce = self._start(launch, folder, watch, cgroup, limits)
+            proc, report, nonce = self._start(launch, folder, setup, cgroup, limits)
         except OSError as e:
             if cgroup:
                 cgroup.remove()
             return Result(ERROR, f"the sandbox did not start ({type(e).__name__}: {e})", "", time.perf_counter() - t0, None)
-        watcher = Watch(proc, report, nonce, (b"\n" if cgroup else b"") + program.encode(), limits)
+        watcher = Watch(proc, report, nonce, (b"\n" if cgroup else b"") + source, limits)
         try:
             watcher.follow(t0 + limits.wall_s)
         finally:
@@ -177,13 +186,13 @@ class Sandbox:
         if launch.sweep:
             self.places = self.places or fence.writable_places(launch.sweep)
             fence.sweep(uid, self.places)
-        return watcher.result(time.perf_counter() - t0, cpu, watch is not None)
+        return watcher.result(time.perf_counter() - t0, cpu, setup)
 
-    def _start(self, launch: Launch, folder: str, watch: str | None, cgroup: fence.Cgroup | None, limits: Limits):
+    def _start(self, launch: Launch, folder: str, setup: dict, cgroup: fence.Cgroup | None, limits: Limits):
         """The launcher started (held at the gate until it is in its cgroup) with the harness's two pipes."""
         report_r, report_w = os.pipe()
         nonce_r, nonce_w = os.pipe()
-        setup = launch.setup | ({"watch": watch} if watch else {})
+        setup = launch.setup | setup
         harness = [self.interpreter.path, "-I", "-B", "-u", "-c", HARNESS, str(report_w), str(nonce_r),
                    json.dumps(limits.rlimits()), json.dumps(setup)]
         env = {"HOME": launch.home, "TMPDIR": launch.home, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}

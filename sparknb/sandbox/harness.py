@@ -13,6 +13,7 @@ one whose class the program made with its own `__eq__` or `__ne__` (an object th
 every `assert f(x) == y`); the record follows the proof.
 """
 
+import ast
 import json
 import linecache
 import os
@@ -63,8 +64,8 @@ def init(child: int) -> None:
             os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
 
-def where(e: BaseException) -> str:
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == "<program>"]
+def where(e: BaseException, name: str = "<program>") -> str:
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == name]
     return f" (line {frames[-1].lineno}: {(frames[-1].line or '').strip()})" if frames else ""
 
 
@@ -112,28 +113,35 @@ class Watch:
                 "watched": sys.getprofile() is self}
 
 
-def run(source: str, watch: Watch | None) -> tuple[str, str] | None:
+def run(source: str, watch: Watch | None, scope: dict | None = None) -> tuple[str, str] | None:
     """Run the program; None when it returned, else (status, detail) as the box names them."""
     linecache.cache["<program>"] = (len(source), None, source.splitlines(True), "<program>")
     try:
         code = compile(source, "<program>", "exec")
         sys.setprofile(watch)
-        exec(code, {})
-    except AssertionError as e:
-        return "assertion failed", f"AssertionError: {e}{where(e)}"
-    except MemoryError as e:
-        return "out of memory", f"MemoryError{where(e)}"
-    except SystemExit as e:
-        return "exited before the checks ended", f"SystemExit({e.code!r}){where(e)}"
+        exec(code, {} if scope is None else scope)
     except BaseException as e:
-        return "error", f"{type(e).__name__}: {e}{where(e)}"
+        return failure(e)
     return None
+
+
+def failure(e: BaseException, name: str = "<program>") -> tuple[str, str]:
+    """How an exception ends a program or its checks, as the box names it."""
+    if isinstance(e, AssertionError):
+        return "assertion failed", f"AssertionError: {e}{where(e, name)}"
+    if isinstance(e, MemoryError):
+        return "out of memory", f"MemoryError{where(e, name)}"
+    if isinstance(e, SystemExit):
+        return "exited before the checks ended", f"SystemExit({e.code!r}){where(e, name)}"
+    return "error", f"{type(e).__name__}: {e}{where(e, name)}"
 
 
 def main() -> None:
     report, nonce, limits, setup = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
     enclose(setup)
     limit(limits)
+    if setup.get("checks"):
+        judge(report, nonce, setup["checks"])
     source = sys.stdin.read()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -157,6 +165,178 @@ def main() -> None:
     if seen is not None:
         os.write(report, json.dumps(seen).encode() + b"\n")
     os._exit(0)
+
+
+# -- grading: the checks run in this process, the program in a child that can reach none of it -------------
+
+PR_SET_DUMPABLE = 4
+CAP = 16 * 2**20  # the longest message either side takes: a longer one ends the checks as an error
+SCALARS, BASES, CONTAINERS = (bool, type(None), int, float, str), (int, float, str), (list, tuple, set)
+TYPE, SUBCLASS, DICT = type, issubclass, dict  # the real ones, taken before any program runs: one may replace them
+
+
+class Ended(Exception):
+    """The program's process ended, or answered what is not a reply, while the checks ran."""
+
+
+def receive(fd: int) -> bytes | None:
+    """One message (8-byte length, then the bytes), read exactly: nothing past it is taken in; None at its end."""
+    head = take(fd, 8)
+    size = int.from_bytes(head, "big") if head and len(head) == 8 else None
+    if size is None or size > CAP:
+        return None
+    body = take(fd, size)
+    return body if body is not None and len(body) == size else None
+
+
+def take(fd: int, size: int) -> bytes | None:
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            return data or None
+        data += chunk
+    return data
+
+
+def send(fd: int, data: bytes) -> None:
+    data = len(data).to_bytes(8, "big") + data
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def plain(value, depth: int = 0):
+    """A copy of `value` made of the real builtin classes only (a subclass of int, float or str as its base value),
+    or TypeError naming what is not plain data. The judge takes only what ast.literal_eval rebuilds, whatever this
+    sends: this is for the message."""
+    cls = TYPE(value)
+    if depth > 100:
+        raise TypeError("it returned a value nested more than 100 deep")
+    if cls in SCALARS:
+        return value
+    for base in BASES:
+        if SUBCLASS(cls, base):
+            return getattr(base, f"__{base.__name__}__")(value)
+    if cls in CONTAINERS:
+        return cls(plain(v, depth + 1) for v in value)
+    if cls is DICT:
+        return {plain(k, depth + 1): plain(v, depth + 1) for k, v in value.items()}
+    raise TypeError(f"it returned a {cls.__module__}.{cls.__qualname__}, which is not plain data (the real bool, "
+                    "int, float, str, None, list, tuple, set or dict)")
+
+
+def serve(source: str, name: str, calls: int, replies: int) -> None:
+    """The program's process: run the program, then call its function for each call that comes, and send back
+    what it returned as plain data, or how it failed. It holds no descriptor and no byte of the checks."""
+    scope: dict = {}
+    failed = run(source, None, scope)
+    if failed or not callable(scope.get(name)):
+        send(replies, repr(("failed", *(failed or ("error", f"NameError: the program defines no {name}()")))).encode())
+        os._exit(1)
+    send(replies, b"('ready',)")
+    while (call := receive(calls)) is not None:
+        args, kwargs = ast.literal_eval(call.decode())
+        try:
+            reply = ("returned", plain(scope[name](*args, **kwargs)))
+        except BaseException as e:
+            reply = ("raised", *failure(e))
+        try:
+            send(replies, repr(reply).encode())
+        except ValueError as e:  # an int too long for repr
+            send(replies, repr(("raised", "error", f"ValueError: {e}")).encode())
+    os._exit(0)
+
+
+class Candidate:
+    """The function as the checks see it: each call is sent to the program's process, and only a plain value,
+    rebuilt here by ast.literal_eval from real builtins, comes back."""
+
+    def __init__(self, calls: int, replies: int):
+        self.calls, self.replies, self.kinds, self.returns = calls, replies, set(), 0
+
+    def reply(self) -> tuple:
+        data = receive(self.replies)
+        try:
+            told = ast.literal_eval(data.decode()) if data is not None else None
+        except (ValueError, SyntaxError, RecursionError, MemoryError, UnicodeDecodeError):
+            told = None
+        if type(told) is not tuple or not told or told[0] not in ("ready", "failed", "returned", "raised"):
+            raise Ended
+        return told
+
+    def __call__(self, *args, **kwargs):
+        send(self.calls, repr((args, kwargs)).encode())
+        told = self.reply()
+        if told[0] == "raised" and len(told) == 3:
+            raise Raised(told[1], told[2])
+        if told[0] != "returned" or len(told) != 2:
+            raise Ended
+        self.returns += 1
+        self.kinds.add(kind(told[1]))
+        return told[1]
+
+
+def ended(child: int) -> dict:
+    """How the program's process ended (its exit status, for the box to name); one still running that broke the
+    exchange is killed, and that is an error."""
+    import select
+
+    exited = os.pidfd_open(child)
+    if select.select([exited], [], [], 2.0)[0]:  # its descriptors close a moment before it is reaped
+        return {"code": os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])}
+    os.kill(child, 9)
+    os.waitpid(child, 0)
+    return {"status": "error", "detail": "the program's process broke off the exchange with the checks (it closed "
+                                         "its reply pipe or wrote on it what is not a reply)"}
+
+
+class Raised(Exception):
+    """The program's function raised (or returned what is not plain data): the checks end with its words."""
+
+
+def judge(report: int, nonce: int, name: str) -> None:
+    """Fork: the child runs the program; this process, which it cannot read, trace or (as its pid namespace's
+    init) kill, runs the checks, read from stdin only once the child exists, and writes the verdict itself."""
+    os.close(nonce)
+    source = (receive(0) or b"").decode()
+    calls_r, calls_w = os.pipe()
+    replies_r, replies_w = os.pipe()
+    import ctypes
+
+    ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    child = os.fork()
+    if child == 0:
+        for fd in (report, calls_w, replies_r):
+            os.close(fd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        serve(source, name, calls_r, replies_w)
+    for fd in (calls_r, replies_w):
+        os.close(fd)
+    verdict = verdicts(child, Candidate(calls_w, replies_r), name)
+    os.write(report, json.dumps(verdict).encode() + b"\n")
+    os._exit(0)
+
+
+def verdicts(child: int, candidate: Candidate, name: str) -> dict:
+    checks = (receive(0) or b"").decode()
+    linecache.cache["<checks>"] = (len(checks), None, checks.splitlines(True), "<checks>")
+    try:
+        told = candidate.reply()
+        if told[0] == "failed" and len(told) == 3:
+            return {"status": told[1], "detail": told[2]}
+        scope = {"__name__": "__checks__"}
+        exec(compile(checks, "<checks>", "exec"), scope)
+        scope[name] = candidate  # a check may call the function by its name (HumanEval/33 does)
+        scope["check"](candidate)
+    except Raised as e:
+        return {"status": e.args[0], "detail": e.args[1]}
+    except Ended:
+        return ended(child)
+    except BaseException as e:
+        return dict(zip(("status", "detail"), failure(e, "<checks>")))
+    return {"status": "passed", "detail": "the checks ran to their end", "returned": sorted(candidate.kinds),
+            "returns": candidate.returns}
 
 
 if __name__ == "__main__":
