@@ -21,9 +21,9 @@ and marks as suspect (an object whose class the program gave its own __eq__, or 
 solution never returns). That games the benchmark; it does not escape the sandbox.
 """
 
-from .box import LEVELS, NOBODY, PYTHON, WHAT, Sandbox, allowed
+from .box import AS_YOU, LEVELS, NOBODY, PYTHON, WHAT, Sandbox, allowed
 from .fence import UIDS
 from .result import (ASSERTION, ERROR, EXITED, KILLED, MEMORY, OUTPUT, PASSED, STATUSES, TIMEOUT, Limits, Result)
 
-__all__ = ["LEVELS", "NOBODY", "PYTHON", "UIDS", "WHAT", "Sandbox", "allowed", "Limits", "Result", "PASSED", "ASSERTION",
+__all__ = ["AS_YOU", "LEVELS", "NOBODY", "PYTHON", "UIDS", "WHAT", "Sandbox", "allowed", "Limits", "Result", "PASSED", "ASSERTION",
            "ERROR", "TIMEOUT", "MEMORY", "OUTPUT", "EXITED", "KILLED", "STATUSES"]

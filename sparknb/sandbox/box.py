@@ -23,6 +23,7 @@ from .watch import Watch
 
 MODULES = {"bubblewrap": bubblewrap, "namespaces": namespaces, "rlimits": rlimits}
 LEVELS = tuple(MODULES)  # strongest first
+AS_YOU = "rlimits-as-you"  # rlimits run by a user other than root, had only by this name: the program runs as you
 WHAT = {level: module.WHAT for level, module in MODULES.items()}
 NOBODY = 65534
 PYTHON = "/usr/bin/python3"  # readable by any user, unlike a virtualenv under /root
@@ -85,6 +86,14 @@ class Sandbox:
         """A sandbox at exactly `level`, probed; refused (SandboxError, naming why and the fix) if the
         machine cannot give it. A weaker level is had only by asking for it. `cgroup=False` fences each
         program as on a machine where no cgroup can be made."""
+        if level == AS_YOU and os.geteuid() != 0:
+            level = "rlimits"
+        elif level == "rlimits" and os.geteuid() != 0:
+            raise SandboxError(f"isolation 'rlimits' run as uid {os.geteuid()}, not root, runs each program as you: it "
+                               "can kill, trace and read every process of yours (this Jupyter kernel, a model server, "
+                               "the API key in their environment), as one did. Ask for "
+                               f"isolation='bubblewrap' or 'namespaces', run sparknb as root, or take that risk by "
+                               f"name: isolation={AS_YOU!r}.")
         if level not in LEVELS:
             raise SandboxError(f"isolation {level!r} is not one of {', '.join(LEVELS)} (strongest first).")
         launcher = MODULES[level].LAUNCHER
@@ -160,13 +169,16 @@ class Sandbox:
     def _run_with(self, source: bytes, setup: dict, limits: Limits) -> Result:
         t0 = time.perf_counter()
         uid = fence.fresh_uid() if self.root else None
+        judge = fence.fresh_uid() if uid is not None and self.level == "rlimits" and setup.get("checks") else None
         try:
             with self._folder(uid) as folder:
                 launch = MODULES[self.level].launch(self.launcher, self.interpreter.prefixes, uid, folder,
                                                     limits.file_mb * 1024 * 1024)
+                setup = setup | {"inodes": limits.inodes} | ({"judge": judge} if judge else {})
                 return self._run(launch, uid, folder, source, setup, t0, limits)
         finally:
             fence.release(uid)
+            fence.release(judge)
 
     def _run(self, launch: Launch, uid: int | None, folder: str, source: bytes, setup: dict, t0: float,
              limits: Limits) -> Result:
@@ -186,6 +198,7 @@ class Sandbox:
         if launch.sweep:
             self.places = self.places or fence.writable_places(launch.sweep)
             fence.sweep(uid, self.places)
+            fence.sweep_ipc(uid)
         return watcher.result(time.perf_counter() - t0, cpu, setup)
 
     def _start(self, launch: Launch, folder: str, setup: dict, cgroup: fence.Cgroup | None, limits: Limits):

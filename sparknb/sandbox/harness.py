@@ -27,8 +27,9 @@ CLONE_NEWUSER = 0x10000000
 
 
 def enclose(setup: dict) -> None:
-    """As root of the program's own mount namespace: a tmpfs of `size` bytes over each writable place (the folders
-    the launch found), then the program's own uid (owning nothing else) with no way back to privilege."""
+    """As root of the program's own mount namespace: a tmpfs of `size` bytes and `inodes` files over each writable
+    place (the folders the launch found), then the program's own uid (owning nothing else) with no way back to
+    privilege; where a judge grades it, that uid is taken after the fork, the judge's by the judge."""
     if not setup.get("mounts") and setup.get("uid") is None:
         return
     import ctypes
@@ -37,17 +38,21 @@ def enclose(setup: dict) -> None:
     uid = setup.get("uid")
     for place in setup.get("mounts", ()):
         owner = f",uid={uid},gid={uid}" if uid is not None and place == setup["home"] else ""
-        options = f"size={setup['size']},mode=1777{owner}".encode()
+        options = f"size={setup['size']},nr_inodes={setup.get('inodes', 4096)},mode=1777{owner}".encode()
         if libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options):
             raise OSError(ctypes.get_errno(), f"mounting a tmpfs on {place}: {os.strerror(ctypes.get_errno())}")
-    if uid is not None:
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-    elif libc.unshare(CLONE_NEWUSER):  # nobody of a user namespace that owns none of the mounts
+    if uid is not None and not (setup.get("judge") and setup.get("checks")):
+        become(uid)
+    elif uid is None and libc.unshare(CLONE_NEWUSER):  # nobody of a user namespace that owns none of the mounts
         raise OSError(ctypes.get_errno(), f"entering a user namespace: {os.strerror(ctypes.get_errno())}")
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     os.chdir(setup["home"])
+
+
+def become(uid: int) -> None:
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
 
 
 def limit(limits: dict) -> None:
@@ -141,7 +146,7 @@ def main() -> None:
     enclose(setup)
     limit(limits)
     if setup.get("checks"):
-        judge(report, nonce, setup["checks"])
+        judge(report, nonce, setup)
     source = sys.stdin.read()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -294,9 +299,10 @@ class Raised(Exception):
     """The program's function raised (or returned what is not plain data): the checks end with its words."""
 
 
-def judge(report: int, nonce: int, name: str) -> None:
-    """Fork: the child runs the program; this process, which it cannot read, trace or (as its pid namespace's
-    init) kill, runs the checks, read from stdin only once the child exists, and writes the verdict itself."""
+def judge(report: int, nonce: int, setup: dict) -> None:
+    """Fork: the child runs the program; this process, which it cannot read, trace or kill (its pid namespace's
+    init, or a uid of its own), runs the checks, read from stdin only once the child exists, and writes the verdict
+    itself."""
     os.close(nonce)
     source = (receive(0) or b"").decode()
     calls_r, calls_w = os.pipe()
@@ -308,12 +314,17 @@ def judge(report: int, nonce: int, name: str) -> None:
     if child == 0:
         for fd in (report, calls_w, replies_r):
             os.close(fd)
+        if setup.get("judge"):
+            become(setup["uid"])
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
-        serve(source, name, calls_r, replies_w)
+        serve(source, setup["checks"], calls_r, replies_w)
     for fd in (calls_r, replies_w):
         os.close(fd)
-    verdict = verdicts(child, Candidate(calls_w, replies_r), name)
+    if setup.get("judge"):
+        become(setup["judge"])
+        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # a change of uid may set it back
+    verdict = verdicts(child, Candidate(calls_w, replies_r), setup["checks"])
     os.write(report, json.dumps(verdict).encode() + b"\n")
     os._exit(0)
 

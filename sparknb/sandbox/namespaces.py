@@ -6,12 +6,13 @@ process's command line, an endpoint's password included) and a size-capped tmpfs
 from __future__ import annotations
 
 import os
+import pwd
 
 from .fence import PLACES
 from .result import Launch
 
-WHAT = ("no network, own pids and /proc, its own capped /tmp, /var/tmp, /dev/shm (unshare), but the host's other "
-        "files with an unprivileged user's rights")
+WHAT = ("no network, own pids, /proc and System V IPC, its own capped /tmp, /var/tmp, /dev/shm (unshare) and, run "
+        "as you, your home hidden, but the host's other files with an unprivileged user's rights")
 LAUNCHER = "unshare"
 INSTALL = "util-linux"
 HOME = "/tmp"
@@ -24,5 +25,19 @@ def launch(launcher: str, prefixes: tuple[str, ...], uid: int | None, folder: st
             "--fork", "--kill-child"]
     if uid is None:
         argv += ["--user", "--map-root-user"]
-    mounts = [place for place in PLACES if os.path.isdir(place)]
+    mounts = [place for place in PLACES if os.path.isdir(place)] + (homes() if uid is None else [])
     return Launch(argv + ["--"], None, {"mounts": mounts, "size": size, "uid": uid, "home": HOME}, HOME)
+
+
+def homes() -> list[str]:
+    """Your home folders ($HOME and the account's), hidden behind a tmpfs of the program's own: run as you, it has
+    your rights, and read your 0600 files and appended to ~/.bashrc and ~/.profile before (issue 38)."""
+    found = {os.path.realpath(h) for h in (os.environ.get("HOME"), _account_home()) if h and os.path.isdir(h)}
+    return sorted(h for h in found if h != "/" and not any(h == p or h.startswith(p + "/") for p in PLACES))
+
+
+def _account_home() -> str | None:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return None

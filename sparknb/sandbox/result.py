@@ -24,6 +24,7 @@ class Limits:
     cpu_s: int = 10
     memory_mb: int = 2048  # address space (RLIMIT_AS)
     file_mb: int = 16  # the largest file it may write, and the size of each tmpfs it is given
+    inodes: int = 4096  # the files and folders each tmpfs it is given may hold (uncapped, 0.5-1.1 million in 10 s)
     open_files: int = 64
     processes: int = 32  # counted for its own uid, which owns nothing else (where sparknb runs as root)
     output_kb: int = 1024  # stdout and stderr together; more kills it

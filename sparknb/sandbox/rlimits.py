@@ -13,4 +13,5 @@ INSTALL = ""
 
 
 def launch(launcher: str, prefixes: tuple[str, ...], uid: int | None, folder: str, size: int) -> Launch:
-    return Launch([], uid, {}, folder, PLACES if uid is not None else ())
+    """As root, the harness starts as root and drops to `uid` (its judge, where one grades, to a uid of its own)."""
+    return Launch([], None, {} if uid is None else {"uid": uid, "home": folder}, folder, PLACES if uid is not None else ())
