@@ -474,6 +474,17 @@ def test_system_v_shared_memory_and_message_queues_do_not_outlive_the_program(le
     assert host_ipc(size) == []
 
 
+@pytest.mark.parametrize("level", sb.LEVELS)
+def test_no_user_namespace_of_its_own_so_no_tmpfs_past_the_caps_while_threads_and_subprocesses_still_run(level):
+    nest = ("import ctypes, errno, subprocess, threading\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "made = libc.unshare(0x10000000 | 0x20000)\nwhy = errno.errorcode.get(ctypes.get_errno())\n"
+            "t = threading.Thread(target=print, args=('thread',))\nt.start()\nt.join()\n"
+            "print(made, why, subprocess.run(['/bin/sh', '-c', 'echo child'], capture_output=True).stdout)")
+    result = opened(level).run(nest)
+    assert result.passed, result
+    assert result.output.split("\n")[:2] == ["thread", "-1 EPERM b'child\\n'"], result.output  # a tmpfs of half the RAM
+
+
 @pytest.mark.parametrize("level", ISOLATED)
 def test_each_tmpfs_holds_at_most_its_inode_cap(level):
     box = opened(level, inodes=300)
