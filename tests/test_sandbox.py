@@ -493,9 +493,7 @@ def test_each_tmpfs_holds_at_most_its_inode_cap(level):
     result = box.run(flood)
     assert result.passed, result
     count, why = result.output.split(maxsplit=1)
-    if level == "bubblewrap":  # bwrap's --tmpfs takes a size, not nr_inodes: the README's table says so
-        pytest.xfail(f"bubblewrap's tmpfs has no inode cap: {count} files, {why}")
-    assert why.strip() == "ENOSPC" and int(count) < 300, result.output
+    assert why.strip() == "ENOSPC" and int(count) < 300, result.output  # 100,000 went in before
 
 
 # -- an answer that passes through an object equal to anything ----------------------------------------

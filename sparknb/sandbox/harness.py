@@ -51,10 +51,11 @@ def enclose(setup: dict) -> None:
 
 # No new user namespace for the program: in one of its own it mounted a tmpfs of half the RAM (12 GB, 3 million
 # inodes here) past every cap, at every level. A seccomp filter (BPF over struct seccomp_data: nr at 0, arch at 4,
-# the first argument at 16) refuses unshare() and clone() with CLONE_NEWUSER, and clone3() (whose flags it cannot
+# the first argument at 16) refuses unshare() and clone() into any new namespace, and clone3() (whose flags it cannot
 # read: ENOSYS, and the C library falls back to clone), and any other ABI's syscalls (i386's int 0x80, x32).
 ARCHES = {"x86_64": (0xC000003E, 272, 56), "aarch64": (0xC00000B7, 97, 220)}  # audit arch, unshare, clone
 CLONE3, EPERM, ENOSYS, ALLOW = 435, 0x50001, 0x50026, 0x7FFF0000
+NEW_NAMESPACES = 0x7E020000  # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
 
 
 def no_user_namespaces() -> None:
@@ -66,7 +67,7 @@ def no_user_namespaces() -> None:
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     code = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, EPERM), (ld, 0, 0, 0), (jge, 8, 0, 0x40000000),
             (jeq, 7, 0, unshare), (jeq, 4, 0, CLONE3), (jeq, 1, 0, clone), (ret, 0, 0, ALLOW),
-            (ld, 0, 0, 16), (jset, 2, 1, CLONE_NEWUSER), (ret, 0, 0, ENOSYS), (ret, 0, 0, ALLOW), (ret, 0, 0, EPERM)]
+            (ld, 0, 0, 16), (jset, 2, 1, NEW_NAMESPACES), (ret, 0, 0, ENOSYS), (ret, 0, 0, ALLOW), (ret, 0, 0, EPERM)]
     filters = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *f) for f in code))
     prog = struct.pack("HxxxxxxP", len(code), ctypes.addressof(filters))
     libc = ctypes.CDLL(None, use_errno=True)
