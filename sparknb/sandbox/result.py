@@ -53,8 +53,8 @@ class Launch:
 
 @dataclass(frozen=True)
 class Result:
-    """How one program ended: its status (one of STATUSES), why, and the end of what it printed; where a
-    function was watched, the types it returned and why the pass is suspect (None: nothing seen)."""
+    """How one program ended: its status (one of STATUSES), why, and the end of what it printed; where it was
+    checked, the types its function returned to the checks and why the pass is suspect (None: nothing seen)."""
 
     status: str
     detail: str
@@ -79,19 +79,6 @@ class Result:
             return self
         why = f"it returned {', '.join(odd)}, a type the reference solution never returns ({', '.join(sorted(expect))})"
         return replace(self, suspect=why)
-
-
-def suspicion(seen: dict | None) -> str | None:
-    """Why a pass through the watched function cannot be taken at face value, whatever it should return, or None."""
-    if seen is None:
-        return "the watch did not report (the program ended the harness's last step itself)"
-    if not seen.get("watched"):
-        return "the program switched off the watch on its function"
-    if seen.get("laundered"):
-        return f"it returned a {seen['laundered']} whose own __eq__ can make any check pass"
-    if not seen.get("returns"):
-        return "the checks passed without the function ever returning"
-    return None
 
 
 def ended(code: int | None) -> tuple[str, str]:

@@ -14,4 +14,6 @@ INSTALL = ""
 
 def launch(launcher: str, prefixes: tuple[str, ...], uid: int | None, folder: str, size: int) -> Launch:
     """As root, the harness starts as root and drops to `uid` (its judge, where one grades, to a uid of its own)."""
-    return Launch([], None, {} if uid is None else {"uid": uid, "home": folder}, folder, PLACES if uid is not None else ())
+    if uid is None:
+        return Launch([], None, {}, folder)
+    return Launch([], None, {"uid": uid, "home": folder}, folder, PLACES)
