@@ -60,10 +60,9 @@ NEW_NAMESPACES = 0x7E020000  # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, 
 
 def no_user_namespaces() -> None:
     import ctypes
-    import platform
     import struct
 
-    arch, unshare, clone = ARCHES[platform.machine()]
+    arch, unshare, clone = ARCHES[os.uname().machine]
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     code = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, EPERM), (ld, 0, 0, 0), (jge, 8, 0, 0x40000000),
             (jeq, 7, 0, unshare), (jeq, 4, 0, CLONE3), (jeq, 1, 0, clone), (ret, 0, 0, ALLOW),

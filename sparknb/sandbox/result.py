@@ -72,7 +72,7 @@ class Result:
         return asdict(self)
 
     def against(self, expect: frozenset[str] | None) -> Result:
-        """This result, suspect too where the watched function returned a type not in `expect` (the types a
+        """This result, suspect too where the checked function returned a type not in `expect` (the types a
         reference solution returns; None: unknown, nothing to hold it to)."""
         odd = sorted(set(self.returned or ()) - expect) if expect is not None and not self.suspect else []
         if not odd:

@@ -122,7 +122,7 @@ class Grade:
     passed: bool
     sandbox_wall_s: float | None
     sandbox_cpu_s: float | None
-    suspect: str | None = None  # why a pass cannot be trusted: what the sandbox's watch saw it return
+    suspect: str | None = None  # why a pass cannot be trusted: the type its function returned to the checks
 
     def as_dict(self) -> dict:
         return asdict(self)
