@@ -271,15 +271,24 @@ def test_rlimits_run_by_an_unprivileged_user_is_refused_unless_asked_for_by_its_
     assert f"isolation={sb.AS_YOU!r}" in refused.stderr
 
 
-def test_namespaces_run_by_an_unprivileged_user_hides_its_home(as_nobody):
+def test_namespaces_run_by_an_unprivileged_user_hides_its_home_and_cannot_write_its_files(as_nobody):
     run, home = as_nobody
-    snoop = (f"import os\nhome = {str(home)!r}\ntry:\n    print(open(home + '/key').read())\n"
-             "    open(home + '/.bashrc', 'a').write('echo owned')\nexcept OSError as e:\n    print(type(e).__name__)")
-    done = run("import sys\nfrom sparknb import sandbox as sb\n"
-               "print(sb.Sandbox.open('namespaces').run(sys.argv[1]).output)", snoop)
+    outputs = Path(tempfile.mkdtemp(prefix="sparknb-outputs-", dir="/run"))  # a run's folder, outside the home
+    (outputs / "records.jsonl").write_text("{}\n")
+    subprocess.run(["chown", "-R", f"{sb.NOBODY}:{sb.NOBODY}", str(outputs)], check=True)
+    snoop = (f"import os\nhome = {str(home)!r}\nfor path, mode in ((home + '/key', 'r'), (home + '/.bashrc', 'a'), "
+             f"({str(outputs / 'records.jsonl')!r}, 'a')):\n    try:\n        f = open(path, mode)\n"
+             "        print(f.read() if mode == 'r' else f.write('{\"passed\": true}'))\n    except OSError as e:\n"
+             "        print(type(e).__name__)")
+    try:
+        done = run("import sys\nfrom sparknb import sandbox as sb\n"
+                   "print(sb.Sandbox.open('namespaces').run(sys.argv[1]).output)", snoop)
+        records = (outputs / "records.jsonl").read_text()
+    finally:
+        shutil.rmtree(outputs)
     assert done.returncode == 0, done.stderr
-    assert "FileNotFoundError" in done.stdout and "the key" not in done.stdout, done.stdout
-    assert (home / ".bashrc").read_text() == "# as it was\n"
+    assert done.stdout.split("\n")[:3] == ["FileNotFoundError", "16", "OSError"], done.stdout  # .bashrc: its own
+    assert (home / ".bashrc").read_text() == "# as it was\n" and records == "{}\n"  # your files: read-only
 
 
 # -- hostile programs: contained, graded failed with their reason, and the next one still runs --------
@@ -327,17 +336,24 @@ def test_bubblewrap_hides_even_world_readable_files():
 
 def test_nothing_outside_can_be_written(box, tmp_path):
     skip_where_own_files_show(box)
-    targets = [Path(h.packaged_file()).parent / "escaped", tmp_path / "escaped"]
+    anyone = Path(tempfile.mkdtemp(prefix="sparknb-anyone-", dir=outside("")))  # a folder anyone may write,
+    anyone.chmod(0o1777)                                                        # outside the places a tmpfs covers
+    targets = [Path(h.packaged_file()).parent / "escaped", tmp_path / "escaped", anyone / "escaped"]
     for place in ("/tmp", "/var/tmp", "/dev/shm"):  # writable by anyone on the host: each level has its own
         targets.append(Path(place) / f"sparknb-escaped-{os.getpid()}")
     write = ("import json\nwhat = []\nfor t in " + json.dumps([str(t) for t in targets]) + ":\n    try:\n"
              "        open(t, 'w').write('out')\n        what.append('wrote')\n    except OSError as e:\n"
              "        what.append(type(e).__name__)\nprint(json.dumps(what))\nraise RuntimeError('tried to write outside')")
-    g = graded(box, attack(write))
+    try:
+        g = graded(box, attack(write))
+        left = [t for t in targets if t.exists()]
+    finally:
+        shutil.rmtree(anyone)
     assert not g.passed and g.reason == sb.ERROR and "RuntimeError: tried to write outside" in g.detail, g
     inside = json.loads(g.output.splitlines()[0])
-    assert inside[:2] == ["FileNotFoundError" if box.level == "bubblewrap" else "PermissionError", "FileNotFoundError"]
-    assert inside[2:] == ["wrote"] * 3 and not any(t.exists() for t in targets)  # its own /tmp, /var/tmp, /dev/shm
+    hidden, read_only = "FileNotFoundError", "OSError"  # bubblewrap shows none of them; namespaces: / is read-only
+    assert inside[:3] == ([hidden] * 3 if box.level == "bubblewrap" else [read_only, hidden, read_only]), inside
+    assert inside[3:] == ["wrote"] * 3 and left == []  # its own /tmp, /var/tmp, /dev/shm
     assert graded(box, RIGHT).passed
 
 

@@ -22,6 +22,7 @@ import sys
 import traceback
 
 MS_NOSUID, MS_NODEV = 2, 4
+MOUNT_SETATTR = 442  # the same number on x86_64 and aarch64 (Linux 5.12)
 PR_SET_NO_NEW_PRIVS = 38
 CLONE_NEWUSER = 0x10000000
 
@@ -36,6 +37,10 @@ def enclose(setup: dict) -> None:
 
     libc = ctypes.CDLL(None, use_errno=True)
     uid = setup.get("uid")
+    if setup.get("read_only"):  # mount_setattr(AT_FDCWD, "/", AT_RECURSIVE, {MOUNT_ATTR_RDONLY}): every mount
+        attr = ctypes.create_string_buffer((1).to_bytes(8, "little") + bytes(24))
+        if libc.syscall(MOUNT_SETATTR, -100, b"/", 0x8000, attr, 32):
+            raise OSError(ctypes.get_errno(), f"making / read-only: {os.strerror(ctypes.get_errno())}")
     for place in setup.get("mounts", ()):
         owner = f",uid={uid},gid={uid}" if uid is not None and place == setup["home"] else ""
         options = f"size={setup['size']},nr_inodes={setup.get('inodes', 4096)},mode=1777{owner}".encode()

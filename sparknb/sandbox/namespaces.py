@@ -1,5 +1,6 @@
 """The middle level: `unshare` (util-linux) gives new mount, network, pid, IPC and UTS namespaces. The host's files
-stay visible with the rights of the program's user, but the program gets a /proc of its own (the host's showed every
+stay visible with the rights of the program's user, read-only (run as you, it appended to your files; as root, its
+own uid wrote in any folder anyone may write), but the program gets a /proc of its own (the host's showed every
 process's command line, an endpoint's password included) and a size-capped tmpfs over each place anyone may write
 (/tmp, /var/tmp, /dev/shm, /run/lock), gone with its mount namespace."""
 
@@ -26,7 +27,8 @@ def launch(launcher: str, prefixes: tuple[str, ...], uid: int | None, folder: st
     if uid is None:
         argv += ["--user", "--map-root-user"]
     mounts = [place for place in PLACES if os.path.isdir(place)] + (homes() if uid is None else [])
-    return Launch(argv + ["--"], None, {"mounts": mounts, "size": size, "uid": uid, "home": HOME}, HOME)
+    setup = {"read_only": True, "mounts": mounts, "size": size, "uid": uid, "home": HOME}
+    return Launch(argv + ["--"], None, setup, HOME)
 
 
 def homes() -> list[str]:
