@@ -255,13 +255,14 @@ CHECK = ("import json, sys\nfrom sparknb import sandbox as sb\nr = sb.Sandbox.op
 
 
 @pytest.mark.parametrize("level", [*ISOLATED, sb.AS_YOU])
-def test_run_by_an_unprivileged_user_the_forged_pass_fails_and_a_right_answer_passes(as_nobody, level):
+def test_run_by_an_unprivileged_user_the_three_wrong_answers_fail_and_a_right_one_passes(as_nobody, level):
     run, _ = as_nobody
     checks = f"{PROBLEM.prompt}\n{PROBLEM.test}\n"
-    forged, right = (run(CHECK, level, code, checks, PROBLEM.entry_point) for code in (FORGED, PROBLEM.prompt + RIGHT))
-    assert forged.returncode == 0 and right.returncode == 0, (forged.stderr, right.stderr)
-    forged, right = json.loads(forged.stdout), json.loads(right.stdout)
-    assert forged["status"] == sb.ERROR and "OSError" in forged["detail"] and right["status"] == sb.PASSED, forged
+    answers = (FORGED, FAKE_BOOL, FROM_THE_ASSERT, PROBLEM.prompt + RIGHT)
+    done = [run(CHECK, level, code, checks, PROBLEM.entry_point) for code in answers]
+    assert all(d.returncode == 0 for d in done), [d.stderr for d in done]
+    statuses = [json.loads(d.stdout)["status"] for d in done]
+    assert statuses == [sb.ERROR, sb.ERROR, sb.ASSERTION, sb.PASSED], [d.stdout for d in done]
 
 
 def test_rlimits_run_by_an_unprivileged_user_is_refused_unless_asked_for_by_its_own_name(as_nobody):
@@ -503,6 +504,17 @@ def test_system_v_shared_memory_and_message_queues_do_not_outlive_the_program(le
     result = opened(level).run(make)
     assert result.passed and int(result.output.split()[0]) >= 0, result  # it made a segment, where it ran
     assert host_ipc(size) == []
+
+
+@pytest.mark.parametrize("level", ISOLATED)
+def test_run_by_an_unprivileged_user_system_v_memory_does_not_outlive_the_program(as_nobody, level):
+    run, _ = as_nobody
+    size = 3_100_000 + os.getpid() % 1000
+    make = f"import ctypes\nprint(ctypes.CDLL(None).shmget(0, {size}, 0o1600))"
+    done = run("import sys\nfrom sparknb import sandbox as sb\n"
+               "print(sb.Sandbox.open(sys.argv[1]).run(sys.argv[2]).output)", level, make)
+    assert done.returncode == 0 and int(done.stdout.split()[0]) >= 0, (done.stdout, done.stderr)
+    assert host_ipc(size) == []  # its IPC namespace went with it
 
 
 @pytest.mark.parametrize("level", sb.LEVELS)
