@@ -559,6 +559,17 @@ def test_an_object_equal_to_anything_is_not_plain_data_and_a_subclass_is_its_bas
     assert result.status == status and why in result.detail, result
 
 
+def test_a_generator_or_a_frozenset_comes_back_as_one_and_an_endless_iterator_is_an_error(box):
+    checks = ("def check(candidate):\n    assert tuple(candidate([3, 1])) == (3, 1)\n"
+              "    assert candidate([3, 1]) != [3, 1]\n")  # an iterator, as in the reference harness
+    made = box.check("def f(x):\n    return (v for v in x)\n", checks, "f")
+    assert made.passed and made.returned == ("iterator",) and made.against(frozenset({"list"})).suspect, made
+    frozen = box.check("def f(x):\n    return frozenset(x)\n", "def check(candidate):\n"
+                       "    assert candidate([1]) == {1} and type(candidate([1])) is frozenset\n", "f")
+    endless = box.check("import itertools\ndef f(x):\n    return itertools.count()\n", checks, "f")
+    assert frozen.passed and endless.status == sb.ERROR and "more than 1,000,000 items" in endless.detail, endless
+
+
 def test_the_reference_solution_passes_and_is_not_suspect_and_an_int_for_a_bool_is(box):
     result = checked(box, RIGHT).against(frozenset({"bool"}))
     assert result.passed and result.suspect is None and result.returned == ("bool",), result

@@ -162,6 +162,7 @@ def main() -> None:
 PR_SET_DUMPABLE = 4
 CAP = 16 * 2**20  # the longest message either side takes: a longer one ends the checks as an error
 SCALARS, BASES, CONTAINERS = (bool, type(None), int, float, str), (int, float, str), (list, tuple, set)
+ITEMS = 10**6  # the most items an iterator returned may give
 TYPE, SUBCLASS, DICT = type, issubclass, dict  # the real ones, taken before any program runs: one may replace them
 
 
@@ -202,6 +203,8 @@ def plain(value, depth: int = 0):
     cls = TYPE(value)
     if depth > 100:
         raise TypeError("it returned a value nested more than 100 deep")
+    if cls is float and not -1.8e308 < value < 1.8e308:
+        raise TypeError(f"it returned {value!r}, which no literal writes: the checks cannot be given it")
     if cls in SCALARS:
         return value
     for base in BASES:
@@ -213,6 +216,21 @@ def plain(value, depth: int = 0):
         return {plain(k, depth + 1): plain(v, depth + 1) for k, v in value.items()}
     raise TypeError(f"it returned a {cls.__module__}.{cls.__qualname__}, which is not plain data (the real bool, "
                     "int, float, str, None, list, tuple, set or dict)")
+
+
+def tagged(value) -> tuple[str, object]:
+    """What the function returned, for the judge to rebuild: plain data as it is; a frozenset, or an iterator (a
+    generator, map, zip, range...: `tuple(candidate(x))` takes one), as the list of its items."""
+    if TYPE(value) is frozenset:
+        return "frozenset", [plain(v, 1) for v in value]
+    if TYPE(value) in SCALARS + CONTAINERS or TYPE(value) is DICT or not hasattr(TYPE(value), "__iter__"):
+        return "value", plain(value)
+    items = []
+    for item in value:
+        if len(items) == ITEMS:
+            raise TypeError(f"it returned an iterator of more than {ITEMS:,} items")
+        items.append(plain(item, 1))
+    return "iterator", items
 
 
 def serve(source: str, name: str, calls: int, replies: int) -> None:
@@ -227,7 +245,7 @@ def serve(source: str, name: str, calls: int, replies: int) -> None:
     while (call := receive(calls)) is not None:
         args, kwargs = ast.literal_eval(call.decode())
         try:
-            reply = ("returned", plain(scope[name](*args, **kwargs)))
+            reply = ("returned", *tagged(scope[name](*args, **kwargs)))
         except BaseException as e:
             reply = ("raised", *failure(e))
         try:
@@ -259,11 +277,12 @@ class Candidate:
         told = self.reply()
         if told[0] == "raised" and len(told) == 3:
             raise Raised(told[1], told[2])
-        if told[0] != "returned" or len(told) != 2:
+        if told[0] != "returned" or len(told) != 3 or told[1] not in REBUILD:
             raise Ended
         self.returns += 1
-        self.kinds.add(kind(told[1]))
-        return told[1]
+        value = REBUILD[told[1]](told[2])
+        self.kinds.add(kind(value) if told[1] == "value" else told[1])
+        return value
 
 
 def ended(child: int) -> dict:
@@ -278,6 +297,9 @@ def ended(child: int) -> dict:
     os.waitpid(child, 0)
     return {"status": "error", "detail": "the program's process broke off the exchange with the checks (it closed "
                                          "its reply pipe or wrote on it what is not a reply)"}
+
+
+REBUILD = {"value": lambda v: v, "frozenset": frozenset, "iterator": iter}
 
 
 class Raised(Exception):
