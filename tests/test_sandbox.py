@@ -263,6 +263,8 @@ def test_run_by_an_unprivileged_user_the_three_wrong_answers_fail_and_a_right_on
     assert all(d.returncode == 0 for d in done), [d.stderr for d in done]
     statuses = [json.loads(d.stdout)["status"] for d in done]
     assert statuses == [sb.ERROR, sb.ERROR, sb.ASSERTION, sb.PASSED], [d.stdout for d in done]
+    suspect = json.loads(done[-1].stdout)["suspect"]  # beside you, no pass is clean
+    assert (suspect is not None and "rlimits-as-you" in suspect) == (level == sb.AS_YOU), suspect
 
 
 def test_rlimits_run_by_an_unprivileged_user_is_refused_unless_asked_for_by_its_own_name(as_nobody):

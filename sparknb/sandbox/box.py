@@ -24,6 +24,8 @@ from .watch import Watch
 MODULES = {"bubblewrap": bubblewrap, "namespaces": namespaces, "rlimits": rlimits}
 LEVELS = tuple(MODULES)  # strongest first
 AS_YOU = "rlimits-as-you"  # rlimits run by a user other than root, had only by this name: the program runs as you
+BESIDE_YOU = ("at rlimits-as-you the program ran as you, beside this process and the run's folder: it could have "
+              "written the verdict's record itself")
 WHAT = {level: module.WHAT for level, module in MODULES.items()}
 NOBODY = 65534
 PYTHON = "/usr/bin/python3"  # readable by any user, unlike a virtualenv under /root
@@ -158,7 +160,10 @@ class Sandbox:
         verdict is the harness's word: nothing the program can write or read carries it (Result.returned: the
         types the function returned to the checks)."""
         frames = b"".join(len(b).to_bytes(8, "big") + b for b in (program.encode(), checks.encode()))
-        return self._run_with(frames, {"checks": name}, self.limits)
+        result = self._run_with(frames, {"checks": name}, self.limits)
+        if result.passed and self.level == "rlimits" and not self.root and not result.suspect:
+            return replace(result, suspect=BESIDE_YOU)
+        return result
 
     def _probe_limits(self) -> Limits:
         """The probe tests the level, not the limits: a wall clock of a second can pass on a loaded machine before a
