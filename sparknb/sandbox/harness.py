@@ -291,7 +291,7 @@ def ended(child: int) -> dict:
     import select
 
     exited = os.pidfd_open(child)
-    if select.select([exited], [], [], 2.0)[0]:  # its descriptors close a moment before it is reaped
+    if select.select([exited], [], [], 5.0)[0]:  # its descriptors close a moment before it is reaped
         return {"code": os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])}
     os.kill(child, 9)
     os.waitpid(child, 0)
