@@ -2,8 +2,9 @@
 programs run by the bare interpreter with no isolation at all; and why the other levels cannot be had.
 
 Every canonical solution is run once per level, one program at a time (so each figure is a program's own), then
-once more with its function watched (the `__eq__` watch HumanEval grades with), and the wall and CPU seconds per
-program are printed as median and 90th percentile. Wall time runs from launch to the moment nothing of the program
+once more graded as HumanEval grades it (`checked`: the checks in the judge, the program in a child of its own),
+and the wall and CPU seconds per program are printed as median and 90th percentile. Wall time runs from launch to
+the moment nothing of the program
 runs and its files are gone; CPU time is its cgroup's (launcher, harness, program), where it has one.
 
     python bench/sandbox_cost.py            # all 164 problems
@@ -61,9 +62,8 @@ def main() -> None:
     for level in (lv for lv, why in allowed.items() if why is None):
         box = sb.Sandbox.open(level)
         print(f"  {box.describe()}")
-        for name, watched in ((level, False), ("  watched", True)):
-            results = [box.run(p, watch=q.entry_point if watched else None) for p, q in zip(programs, problems)]
-            print(line(name, results))
+        print(line(level, [box.run(p) for p in programs]))
+        print(line("  checked", [h.grading.checked(q, q.prompt + q.canonical, box) for q in problems]))
     print("\nwall: from launch to the moment nothing of the program runs (its cgroup empty) and its files are gone; "
           "CPU: the sandbox's whole process tree (launcher, harness, program).")
 

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -169,6 +170,130 @@ def test_printed_text_or_a_guessed_proof_on_every_pipe_is_never_a_pass(box):
     assert not g.passed and g.reason == sb.EXITED and "passed" in g.output
 
 
+# The forged pass of issue 38, as a model could answer every problem: it never runs a check, writes the harness's
+# "checked" line on the report descriptor named in its own argv, echoes the nonce read from the descriptor named
+# there too, writes a watch record of its own and exits 0 (graded a clean pass at every level before the judge).
+FORGED = """import os
+argv = open('/proc/self/cmdline', 'rb').read().split(b'\\0')
+report, nonce = int(argv[-5]), int(argv[-4])
+os.write(report, b'checked\\n')
+os.write(report, os.read(nonce, 64) + b'{"returned": [], "returns": 1, "laundered": null, "watched": true}\\n')
+os._exit(0)"""
+FAKE_BOOL = """import builtins
+class bool:
+    def __eq__(self, other):
+        return True
+bool.__module__ = 'builtins'
+builtins.bool = bool
+def has_close_elements(numbers, threshold):
+    return bool()"""
+FROM_THE_ASSERT = """import inspect, linecache
+def has_close_elements(numbers, threshold):
+    caller = inspect.stack()[1]
+    line = linecache.getline(caller.filename, caller.lineno) or ''.join(caller.code_context or [])
+    return 'True' in line.split('==')[-1]"""
+
+
+@pytest.mark.parametrize("level", sb.LEVELS)
+@pytest.mark.parametrize("answer", [FORGED, FAKE_BOOL, FROM_THE_ASSERT], ids=["forged", "fake-bool", "from-assert"])
+def test_a_forged_pass_a_fake_bool_and_an_answer_read_off_the_assert_line_never_pass(level, answer):
+    g = graded_chat(opened(level), answer)
+    assert not g.passed, g
+    assert g.reason == {FORGED: sb.ERROR, FAKE_BOOL: sb.ERROR, FROM_THE_ASSERT: sb.ASSERTION}[answer], g
+    assert "OSError" in g.detail if answer == FORGED else "builtins.bool, which is not plain data" in g.detail \
+        if answer == FAKE_BOOL else "line" in g.detail
+
+
+@pytest.mark.parametrize("level", sb.LEVELS)
+def test_the_judge_cannot_be_killed_traced_or_read_by_the_program(level):
+    reach = ("import ctypes, os, signal\njudge = os.getppid()\nfor what in ('environ', 'mem', 'fd/0'):\n    try:\n"
+             "        open(f'/proc/{judge}/{what}', 'rb').read(1)\n        print(what, 'read')\n"
+             "    except OSError as e:\n"
+             "        print(what, type(e).__name__)\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+             "print('ptrace', libc.ptrace(16, judge, 0, 0), ctypes.get_errno())\n"
+             "try:\n    os.kill(judge, signal.SIGKILL)\n"
+             "except OSError as e:  # another uid's (rlimits); its pid namespace's init is not even told\n"
+             "    print('kill', type(e).__name__)\n")
+    g = graded(opened(level), attack(reach, then=RIGHT))
+    assert g.passed and g.suspect is None, g  # the judge lived to give the verdict
+    assert " read" not in g.output and "ptrace -1 1" in g.output, g.output  # EPERM
+
+
+@pytest.fixture(name="as_nobody", scope="module")
+def _as_nobody():
+    """Run a script with sparknb's sandbox as an unprivileged user (nobody, HOME a folder of its own holding a 0600
+    file and a .bashrc), as a user would run it without root: the interpreter is the system's, the sandbox package
+    a copy that user can read. Returns (run, home)."""
+    if os.geteuid() != 0:
+        pytest.skip("only root can run a script as another user")
+    top = Path(tempfile.mkdtemp(prefix="sparknb-as-nobody-"))
+    (top / "sparknb").mkdir()
+    for part in ("__init__.py", "errors.py", "sandbox"):
+        copy = shutil.copytree if part == "sandbox" else shutil.copy2
+        copy(Path(sb.__file__).parents[1] / part, top / "sparknb" / part, **({"ignore": shutil.ignore_patterns(
+            "__pycache__")} if part == "sandbox" else {}))
+    home = Path(tempfile.mkdtemp(prefix="sparknb-home-", dir="/run"))  # a home outside every place a tmpfs covers
+    (home / "key").write_text("the key")
+    (home / ".bashrc").write_text("# as it was\n")
+    (home / "key").chmod(0o600)
+    subprocess.run(["chmod", "-R", "a+rX", str(top / "sparknb")], check=True)
+    subprocess.run(["chown", "-R", f"{sb.NOBODY}:{sb.NOBODY}", str(home)], check=True)
+    top.chmod(0o755)
+
+    def run(script: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sb.PYTHON, "-c", script, *args], user=sb.NOBODY, group=sb.NOBODY, extra_groups=[],
+                              env={"PYTHONPATH": str(top), "HOME": str(home), "PATH": "/usr/bin:/bin"}, cwd=str(home),
+                              capture_output=True, text=True, timeout=120)
+
+    yield run, home
+    for folder in (top, home):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+CHECK = ("import json, sys\nfrom sparknb import sandbox as sb\nr = sb.Sandbox.open(sys.argv[1]).check(*sys.argv[2:])\n"
+         "print(json.dumps(r.as_dict()))")
+
+
+@pytest.mark.parametrize("level", [*ISOLATED, sb.AS_YOU])
+def test_run_by_an_unprivileged_user_the_three_wrong_answers_fail_and_a_right_one_passes(as_nobody, level):
+    run, _ = as_nobody
+    checks = f"{PROBLEM.prompt}\n{PROBLEM.test}\n"
+    answers = (FORGED, FAKE_BOOL, FROM_THE_ASSERT, PROBLEM.prompt + RIGHT)
+    done = [run(CHECK, level, code, checks, PROBLEM.entry_point) for code in answers]
+    assert all(d.returncode == 0 for d in done), [d.stderr for d in done]
+    statuses = [json.loads(d.stdout)["status"] for d in done]
+    assert statuses == [sb.ERROR, sb.ERROR, sb.ASSERTION, sb.PASSED], [d.stdout for d in done]
+    suspect = json.loads(done[-1].stdout)["suspect"]  # beside you, no pass is clean
+    assert (suspect is not None and "rlimits-as-you" in suspect) == (level == sb.AS_YOU), suspect
+
+
+def test_rlimits_run_by_an_unprivileged_user_is_refused_unless_asked_for_by_its_own_name(as_nobody):
+    run, _ = as_nobody
+    refused = run("from sparknb import sandbox as sb\nsb.Sandbox.open('rlimits')")
+    assert refused.returncode == 1 and "can kill, trace and read every process of yours" in refused.stderr
+    assert f"isolation={sb.AS_YOU!r}" in refused.stderr
+
+
+def test_namespaces_run_by_an_unprivileged_user_hides_its_home_and_cannot_write_its_files(as_nobody):
+    run, home = as_nobody
+    outputs = Path(tempfile.mkdtemp(prefix="sparknb-outputs-", dir="/run"))  # a run's folder, outside the home
+    (outputs / "records.jsonl").write_text("{}\n")
+    subprocess.run(["chown", "-R", f"{sb.NOBODY}:{sb.NOBODY}", str(outputs)], check=True)
+    snoop = (f"import os\nhome = {str(home)!r}\nfor path, mode in ((home + '/key', 'r'), (home + '/.bashrc', 'a'), "
+             f"({str(outputs / 'records.jsonl')!r}, 'a')):\n    try:\n        f = open(path, mode)\n"
+             "        print(f.read() if mode == 'r' else f.write('{\"passed\": true}'))\n    except OSError as e:\n"
+             "        print(type(e).__name__)")
+    try:
+        done = run("import sys\nfrom sparknb import sandbox as sb\n"
+                   "print(sb.Sandbox.open('namespaces').run(sys.argv[1]).output)", snoop)
+        records = (outputs / "records.jsonl").read_text()
+    finally:
+        shutil.rmtree(outputs)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["FileNotFoundError", "16", "OSError"], done.stdout  # .bashrc: its own
+    assert (home / ".bashrc").read_text() == "# as it was\n" and records == "{}\n"  # your files: read-only
+
+
 # -- hostile programs: contained, graded failed with their reason, and the next one still runs --------
 
 
@@ -214,17 +339,24 @@ def test_bubblewrap_hides_even_world_readable_files():
 
 def test_nothing_outside_can_be_written(box, tmp_path):
     skip_where_own_files_show(box)
-    targets = [Path(h.packaged_file()).parent / "escaped", tmp_path / "escaped"]
+    anyone = Path(tempfile.mkdtemp(prefix="sparknb-anyone-", dir=outside("")))  # a folder anyone may write,
+    anyone.chmod(0o1777)                                                        # outside the places a tmpfs covers
+    targets = [Path(h.packaged_file()).parent / "escaped", tmp_path / "escaped", anyone / "escaped"]
     for place in ("/tmp", "/var/tmp", "/dev/shm"):  # writable by anyone on the host: each level has its own
         targets.append(Path(place) / f"sparknb-escaped-{os.getpid()}")
     write = ("import json\nwhat = []\nfor t in " + json.dumps([str(t) for t in targets]) + ":\n    try:\n"
              "        open(t, 'w').write('out')\n        what.append('wrote')\n    except OSError as e:\n"
              "        what.append(type(e).__name__)\nprint(json.dumps(what))\nraise RuntimeError('tried to write outside')")
-    g = graded(box, attack(write))
+    try:
+        g = graded(box, attack(write))
+        left = [t for t in targets if t.exists()]
+    finally:
+        shutil.rmtree(anyone)
     assert not g.passed and g.reason == sb.ERROR and "RuntimeError: tried to write outside" in g.detail, g
     inside = json.loads(g.output.splitlines()[0])
-    assert inside[:2] == ["FileNotFoundError" if box.level == "bubblewrap" else "PermissionError", "FileNotFoundError"]
-    assert inside[2:] == ["wrote"] * 3 and not any(t.exists() for t in targets)  # its own /tmp, /var/tmp, /dev/shm
+    hidden, read_only = "FileNotFoundError", "OSError"  # bubblewrap shows none of them; namespaces: / is read-only
+    assert inside[:3] == ([hidden] * 3 if box.level == "bubblewrap" else [read_only, hidden, read_only]), inside
+    assert inside[3:] == ["wrote"] * 3 and left == []  # its own /tmp, /var/tmp, /dev/shm
     assert graded(box, RIGHT).passed
 
 
@@ -320,7 +452,7 @@ def test_kill_minus_one_at_rlimits_reaches_no_process_but_the_programs_own():
     try:
         g = graded(opened("rlimits"), attack("import os, signal\nos.kill(-1, signal.SIGKILL)"))
         time.sleep(0.2)
-        assert g.reason == sb.ASSERTION and victim.poll() is None
+        assert g.reason == sb.ASSERTION and victim.poll() is None  # nor its judge, which has a uid of its own
     finally:
         victim.kill()
         victim.wait()
@@ -359,29 +491,94 @@ def test_the_hosts_proc_is_hidden_where_the_level_has_its_own_pids(level):
     assert int(count) <= 3 and seen == "False", result.output  # the harness and its init, not the host's
 
 
-# -- an answer that passes through an object equal to anything ----------------------------------------
+def host_ipc(size: int) -> list[str]:
+    """The host's System V shared memory segments of `size` bytes and message queues holding `size % 4096` bytes."""
+    return [line for kind, held in (("shm", size), ("msg", size % 4096))
+            for line in Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:] if line.split()[3] == str(held)]
+
+
+@pytest.mark.parametrize("level", sb.LEVELS)
+def test_system_v_shared_memory_and_message_queues_do_not_outlive_the_program(level):
+    size = 3_000_000 + os.getpid() % 1000  # a size no other segment has
+    make = (f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nshm = libc.shmget(0, {size}, 0o1600)\n"
+            f"q = libc.msgget(0, 0o1600)\nbody = ctypes.create_string_buffer(b'\\1' + bytes(7 + {size % 4096}))\n"
+            f"sent = libc.msgsnd(q, body, {size % 4096}, 0x800)\nprint(shm, q, sent, ctypes.get_errno())\n")
+    result = opened(level).run(make)
+    shm, queue, sent, _ = map(int, result.output.split())
+    assert result.passed and shm >= 0 and queue >= 0 and sent == 0, result  # made, where it ran
+    assert host_ipc(size) == []
+
+
+@pytest.mark.parametrize("level", ISOLATED)
+def test_run_by_an_unprivileged_user_system_v_memory_does_not_outlive_the_program(as_nobody, level):
+    run, _ = as_nobody
+    size = 3_100_000 + os.getpid() % 1000
+    make = f"import ctypes\nprint(ctypes.CDLL(None).shmget(0, {size}, 0o1600))"
+    done = run("import sys\nfrom sparknb import sandbox as sb\n"
+               "print(sb.Sandbox.open(sys.argv[1]).run(sys.argv[2]).output)", level, make)
+    assert done.returncode == 0 and int(done.stdout.split()[0]) >= 0, (done.stdout, done.stderr)
+    assert host_ipc(size) == []  # its IPC namespace went with it
+
+
+@pytest.mark.parametrize("level", sb.LEVELS)
+def test_no_user_namespace_of_its_own_so_no_tmpfs_past_the_caps_while_threads_and_subprocesses_still_run(level):
+    nest = ("import ctypes, errno, subprocess, threading\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "made = libc.unshare(0x10000000 | 0x20000)\nwhy = errno.errorcode.get(ctypes.get_errno())\n"
+            "t = threading.Thread(target=print, args=('thread',))\nt.start()\nt.join()\n"
+            "print(made, why, subprocess.run(['/bin/sh', '-c', 'echo child'], capture_output=True).stdout)")
+    result = opened(level).run(nest)
+    assert result.passed, result
+    assert result.output.split("\n")[:2] == ["thread", "-1 EPERM b'child\\n'"], result.output  # a tmpfs of half the RAM
+
+
+@pytest.mark.parametrize("level", ISOLATED)
+def test_each_tmpfs_holds_at_most_its_inode_cap(level):
+    box = opened(level, inodes=300)
+    flood = ("import errno, os\nn = 0\ntry:\n    while n < 100_000:\n"
+             "        os.close(os.open(f'/tmp/{n}', os.O_CREAT | os.O_WRONLY))\n        n += 1\n"
+             "except OSError as e:\n    print(n, errno.errorcode[e.errno])\nelse:\n    print(n, 'no cap')")
+    result = box.run(flood)
+    assert result.passed, result
+    count, why = result.output.split(maxsplit=1)
+    assert why.strip() == "ENOSPC" and int(count) < 300, result.output  # 100,000 went in before
+
+
+# -- an answer that returns an object equal to anything, or an unexpected type -------------------------
 
 ALWAYS_EQUAL = "    class Anything:\n        def __eq__(self, other):\n            return True\n"
 
 
-@pytest.mark.parametrize("answer, why", [
-    (ALWAYS_EQUAL + "    return Anything()\n", "Anything whose own __eq__"),
-    (ALWAYS_EQUAL.replace("Anything:", "Anything(int):") + "    return Anything(0)\n", "Anything whose own __eq__"),
-    ("    return 1 if any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:]) else 0\n",
-     "returned int, a type the reference solution never returns (bool)"),
-    ("    import sys\n    sys.setprofile(None)\n" + RIGHT, "switched off the watch"),
+def checked(box: sb.Sandbox, answer: str) -> sb.Result:
+    return box.check(PROBLEM.prompt + answer, f"{PROBLEM.prompt}\n{PROBLEM.test}\n", PROBLEM.entry_point)
+
+
+@pytest.mark.parametrize("answer, status, why", [
+    (ALWAYS_EQUAL + "    return Anything()\n", sb.ERROR, "Anything, which is not plain data"),
+    (ALWAYS_EQUAL.replace("Anything:", "Anything(int):") + "    return Anything(0)\n", sb.ASSERTION, "== True"),
+    ("    import sys\n    sys.setprofile(None)\n    return True\n", sb.ASSERTION, "== False"),
 ])
-def test_a_pass_through_an_object_equal_to_anything_or_an_unexpected_type_is_suspect(box, answer, why):
-    program = h.program(PROBLEM, PROBLEM.prompt + answer)
-    result = box.run(program, watch=PROBLEM.entry_point).against(frozenset({"bool"}))
-    assert result.passed and result.suspect and why in result.suspect, result
+def test_an_object_equal_to_anything_is_not_plain_data_and_a_subclass_is_its_base_value(box, answer, status, why):
+    result = checked(box, answer)
+    assert result.status == status and why in result.detail, result
 
 
-def test_the_reference_solution_passes_watched_and_is_not_suspect(box):
-    result = box.run(h.program(PROBLEM, PROBLEM.prompt + RIGHT), watch=PROBLEM.entry_point).against(frozenset({"bool"}))
+def test_a_generator_or_a_frozenset_comes_back_as_one_and_an_endless_iterator_is_an_error(box):
+    checks = ("def check(candidate):\n    assert tuple(candidate([3, 1])) == (3, 1)\n"
+              "    assert candidate([3, 1]) != [3, 1]\n")  # an iterator, as in the reference harness
+    made = box.check("def f(x):\n    return (v for v in x)\n", checks, "f")
+    assert made.passed and made.returned == ("iterator",) and made.against(frozenset({"list"})).suspect, made
+    frozen = box.check("def f(x):\n    return frozenset(x)\n", "def check(candidate):\n"
+                       "    assert candidate([1]) == {1} and type(candidate([1])) is frozenset\n", "f")
+    endless = box.check("import itertools\ndef f(x):\n    return itertools.count()\n", checks, "f")
+    assert frozen.passed and endless.status == sb.ERROR and "more than 1,000,000 items" in endless.detail, endless
+
+
+def test_the_reference_solution_passes_and_is_not_suspect_and_an_int_for_a_bool_is(box):
+    result = checked(box, RIGHT).against(frozenset({"bool"}))
     assert result.passed and result.suspect is None and result.returned == ("bool",), result
-    unwatched = box.run(h.program(PROBLEM, PROBLEM.prompt + ALWAYS_EQUAL + "    return Anything()\n"))
-    assert unwatched.passed and unwatched.suspect is None  # what the watch alone sees
+    as_int = checked(box, "    return 1 if any(abs(a - b) < threshold for i, a in enumerate(numbers) "
+                          "for b in numbers[i + 1:]) else 0\n").against(frozenset({"bool"}))
+    assert as_int.passed and "returned int, a type the reference solution never returns (bool)" in as_int.suspect
 
 
 def test_a_program_whose_grader_died_is_ended_by_the_next_sandbox_opened():
@@ -402,16 +599,17 @@ def test_a_program_whose_grader_died_is_ended_by_the_next_sandbox_opened():
     assert living(marker) == set()
 
 
-def test_humaneval_counts_a_pass_through_an_object_equal_to_anything_at_the_top_and_shows_it_with_the_failures(box):
+def test_humaneval_fails_an_object_equal_to_anything_and_counts_an_unexpected_type_at_the_top(box):
     laundered = graded(box, ALWAYS_EQUAL + "    return Anything()\n")
     right, wrong = graded(box, RIGHT), graded(box, WRONG)
-    assert laundered.passed and "Anything whose own __eq__" in laundered.suspect, laundered
+    assert not laundered.passed and laundered.reason == sb.ERROR and "Anything, which is not plain data" in \
+        laundered.detail, laundered  # the judge compares only real builtins: nothing of the program's crosses
     assert right.passed and right.suspect is None and not wrong.passed and wrong.suspect is None
     as_int = graded(box, "    return int(any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:]))\n")
     assert as_int.passed and "returned int, a type the reference solution never returns (bool)" in as_int.suspect
     records = [{"problem": PROBLEM.id, "sample": i, "finish_reason": "stop", **g.as_dict()}
-               for i, g in enumerate((laundered, right, wrong))]
+               for i, g in enumerate((as_int, right, wrong))]
     trap = h.traps(records)
     assert trap.counts[h.grading.SUSPECT] == 1 and "1 pass(es) went through a return value" in trap.headline()
     table = h.failures(h.frame(records))
-    assert list(table["reason"]) == ["passed, SUSPECT", sb.ASSERTION] and "__eq__" in table["detail"].iloc[0]
+    assert list(table["reason"]) == ["passed, SUSPECT", sb.ASSERTION] and "returned int" in table["detail"].iloc[0]

@@ -23,6 +23,9 @@ from .watch import Watch
 
 MODULES = {"bubblewrap": bubblewrap, "namespaces": namespaces, "rlimits": rlimits}
 LEVELS = tuple(MODULES)  # strongest first
+AS_YOU = "rlimits-as-you"  # rlimits run by a user other than root, had only by this name: the program runs as you
+BESIDE_YOU = ("at rlimits-as-you the program ran as you, beside this process and the run's folder: it could have "
+              "written the verdict's record itself")
 WHAT = {level: module.WHAT for level, module in MODULES.items()}
 NOBODY = 65534
 PYTHON = "/usr/bin/python3"  # readable by any user, unlike a virtualenv under /root
@@ -85,6 +88,14 @@ class Sandbox:
         """A sandbox at exactly `level`, probed; refused (SandboxError, naming why and the fix) if the
         machine cannot give it. A weaker level is had only by asking for it. `cgroup=False` fences each
         program as on a machine where no cgroup can be made."""
+        if level == AS_YOU:  # as root, rlimits itself: each program has a uid of its own
+            level = "rlimits"
+        elif level == "rlimits" and os.geteuid() != 0:
+            raise SandboxError(f"isolation 'rlimits' run as uid {os.geteuid()}, not root, runs each program as you: it "
+                               "can kill, trace and read every process of yours (this Jupyter kernel, a model server, "
+                               "the API key in their environment), as one did. Ask for "
+                               f"isolation='bubblewrap' or 'namespaces', run sparknb as root, or take that risk by "
+                               f"name: isolation={AS_YOU!r}.")
         if level not in LEVELS:
             raise SandboxError(f"isolation {level!r} is not one of {', '.join(LEVELS)} (strongest first).")
         launcher = MODULES[level].LAUNCHER
@@ -117,7 +128,7 @@ class Sandbox:
             listener.bind(("127.0.0.1", 0))
             listener.listen(1)
             listener.setblocking(False)
-            result = self._run_with(PROBE.format(port=listener.getsockname()[1]), None, self._probe_limits())
+            result = self._run_with(PROBE.format(port=listener.getsockname()[1]).encode(), {}, self._probe_limits())
             try:
                 reached = listener.accept()[0]
             except BlockingIOError:
@@ -136,39 +147,53 @@ class Sandbox:
 
     # -- one program ----------------------------------------------------------------------------------
 
-    def run(self, program: str, watch: str | None = None) -> Result:
+    def run(self, program: str) -> Result:
         """Run one program to its end, its timeout, or its output cap, and return once nothing of it runs and
-        its files are gone; it never raises for what the program does. `watch` names a function whose returns
-        are checked (Result.suspect) for a class of the program's own with its own __eq__, and recorded
-        (Result.returned) for Result.against, which holds them to the types a reference solution returns."""
-        return self._run_with(program, watch, self.limits)
+        its files are gone; it never raises for what the program does. A pass here is the program's own word
+        (it ran in the harness's process): grade with `check`."""
+        return self._run_with(program.encode(), {}, self.limits)
+
+    def check(self, program: str, checks: str, name: str) -> Result:
+        """Grade `program` by `checks` (source defining `check(candidate)`, as HumanEval's tests do): the program
+        runs in a process of its own, and the checks in the harness's, which it cannot read, trace or kill, with
+        `candidate` calling the program's function `name` and getting back only plain data (real builtins). The
+        verdict is the harness's word: nothing the program can write or read carries it (Result.returned: the
+        types the function returned to the checks)."""
+        frames = b"".join(len(b).to_bytes(8, "big") + b for b in (program.encode(), checks.encode()))
+        result = self._run_with(frames, {"checks": name}, self.limits)
+        if result.passed and self.level == "rlimits" and not self.root and not result.suspect:
+            return replace(result, suspect=BESIDE_YOU)
+        return result
 
     def _probe_limits(self) -> Limits:
         """The probe tests the level, not the limits: a wall clock of a second can pass on a loaded machine before a
         launcher has started at all."""
         return replace(self.limits, wall_s=max(self.limits.wall_s, 60.0), cpu_s=max(self.limits.cpu_s, 10))
 
-    def _run_with(self, program: str, watch: str | None, limits: Limits) -> Result:
+    def _run_with(self, source: bytes, setup: dict, limits: Limits) -> Result:
         t0 = time.perf_counter()
         uid = fence.fresh_uid() if self.root else None
+        judge = fence.fresh_uid() if uid is not None and self.level == "rlimits" and setup.get("checks") else None
         try:
             with self._folder(uid) as folder:
                 launch = MODULES[self.level].launch(self.launcher, self.interpreter.prefixes, uid, folder,
                                                     limits.file_mb * 1024 * 1024)
-                return self._run(launch, uid, folder, program, watch, t0, limits)
+                setup = setup | {"inodes": limits.inodes} | ({"judge": judge} if judge else {})
+                return self._run(launch, uid, folder, source, setup, t0, limits)
         finally:
             fence.release(uid)
+            fence.release(judge)
 
-    def _run(self, launch: Launch, uid: int | None, folder: str, program: str, watch: str | None, t0: float,
+    def _run(self, launch: Launch, uid: int | None, folder: str, source: bytes, setup: dict, t0: float,
              limits: Limits) -> Result:
         cgroup = fence.Cgroup.make(self.cgroups) if self.cgroups else None
         try:
-            proc, report, nonce = self._start(launch, folder, watch, cgroup, limits)
+            proc, report, nonce = self._start(launch, folder, setup, cgroup, limits)
         except OSError as e:
             if cgroup:
                 cgroup.remove()
             return Result(ERROR, f"the sandbox did not start ({type(e).__name__}: {e})", "", time.perf_counter() - t0, None)
-        watcher = Watch(proc, report, nonce, (b"\n" if cgroup else b"") + program.encode(), limits)
+        watcher = Watch(proc, report, nonce, (b"\n" if cgroup else b"") + source, limits)
         try:
             watcher.follow(t0 + limits.wall_s)
         finally:
@@ -177,13 +202,14 @@ class Sandbox:
         if launch.sweep:
             self.places = self.places or fence.writable_places(launch.sweep)
             fence.sweep(uid, self.places)
-        return watcher.result(time.perf_counter() - t0, cpu, watch is not None)
+            fence.sweep_ipc(uid)
+        return watcher.result(time.perf_counter() - t0, cpu, setup)
 
-    def _start(self, launch: Launch, folder: str, watch: str | None, cgroup: fence.Cgroup | None, limits: Limits):
+    def _start(self, launch: Launch, folder: str, setup: dict, cgroup: fence.Cgroup | None, limits: Limits):
         """The launcher started (held at the gate until it is in its cgroup) with the harness's two pipes."""
         report_r, report_w = os.pipe()
         nonce_r, nonce_w = os.pipe()
-        setup = launch.setup | ({"watch": watch} if watch else {})
+        setup = launch.setup | setup
         harness = [self.interpreter.path, "-I", "-B", "-u", "-c", HARNESS, str(report_w), str(nonce_r),
                    json.dumps(limits.rlimits()), json.dumps(setup)]
         env = {"HOME": launch.home, "TMPDIR": launch.home, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}

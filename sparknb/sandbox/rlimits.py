@@ -13,4 +13,7 @@ INSTALL = ""
 
 
 def launch(launcher: str, prefixes: tuple[str, ...], uid: int | None, folder: str, size: int) -> Launch:
-    return Launch([], uid, {}, folder, PLACES if uid is not None else ())
+    """As root, the harness starts as root and drops to `uid` (its judge, where one grades, to a uid of its own)."""
+    if uid is None:
+        return Launch([], None, {}, folder)
+    return Launch([], None, {"uid": uid, "home": folder}, folder, PLACES)

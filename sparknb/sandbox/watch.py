@@ -9,7 +9,7 @@ import selectors
 import subprocess
 import time
 
-from .result import EXITED, OUTPUT, PASSED, STATUSES, TIMEOUT, Limits, Result, ended, suspicion
+from .result import EXITED, OUTPUT, PASSED, STATUSES, TIMEOUT, Limits, Result, ended
 
 
 class Watch:
@@ -101,16 +101,14 @@ class Watch:
         self.proc.stdout.close()
         _close(self.proc.stdin)
 
-    def result(self, wall: float, cpu: float | None, watched: bool) -> Result:
+    def result(self, wall: float, cpu: float | None, setup: dict) -> Result:
         out = self.tail.decode(errors="replace")
-        proof = b"checked\n" + self.nonce
-        if self.report == proof and not watched:
-            return Result(PASSED, "the checks ran to their end", out, wall, cpu)
-        if self.report.startswith(proof) and watched:
-            seen = _json(self.report[len(proof):])
-            seen = seen if isinstance(seen, dict) else None
-            returned = tuple(seen.get("returned", ())) if seen else None
-            return Result(PASSED, "the checks ran to their end", out, wall, cpu, returned, suspicion(seen))
+        told = _json(self.report) if setup.get("checks") else None
+        if isinstance(told, dict) and told.get("status") == PASSED:  # the judge's word: the program cannot write it
+            suspect = None if told.get("returns") else "the checks passed without the function ever returning"
+            return Result(PASSED, str(told.get("detail")), out, wall, cpu, tuple(told.get("returned", ())), suspect)
+        if not setup.get("checks") and self.report == b"checked\n" + self.nonce:
+            return Result(PASSED, "the program ran to its end (its own word)", out, wall, cpu)
         if self.over_cap:
             return Result(OUTPUT, f"printed more than {self.cap // 1024} KB; killed", out, wall, cpu)
         if self.timed_out:
@@ -118,6 +116,8 @@ class Watch:
         told = _json(self.report.split(b"\n", 1)[0])
         if isinstance(told, dict) and told.get("status") in STATUSES and told["status"] != PASSED:
             return Result(told["status"], str(told.get("detail", "")), out, wall, cpu)
+        if isinstance(told, dict) and isinstance(told.get("code"), int):
+            return Result(*ended(told["code"]), out, wall, cpu)
         if self.report.startswith(b"checked\n"):
             return Result(EXITED, "the report pipe did not carry the proof (something else wrote on it)", out, wall, cpu)
         return Result(*ended(self.proc.returncode), out, wall, cpu)

@@ -6,10 +6,11 @@ Three ways this benchmark lies, each made impossible to miss here:
   the answer ends before its code. None are sent by default; the traps count the answers cut by a stop
   string or at max_tokens, and mark the score.
 - An answer with no code at all is not a wrong program: it is counted apart, as "no code".
-- A program that exits early, is killed or prints "passed" is not a pass: only the sandbox's proof that
-  the checks ran to their end is. A pass through a returned object whose class the program gave its own
-  `__eq__` (it equals anything, so every `assert f(x) == y` holds), or of a type the reference solution never
-  returns, is a suspect pass: counted at the top with the cut answers.
+- A program that exits early, is killed, prints "passed" or writes on any pipe is not a pass: the checks run
+  in the sandbox's judge, a process the program cannot reach, and only plain data (real builtins) comes back
+  from its function, so an object equal to anything, a fake `bool`, or an answer read off the assert line
+  cannot pass. A pass through a type the reference solution never returns (an int for a bool) is a suspect
+  pass: counted at the top with the cut answers.
 In completion style the classic stop strings are still applied, after generation, where they cannot cut
 any thinking: the program is then the one the original benchmark ran.
 """
@@ -84,6 +85,12 @@ def program(problem: Problem, code: str) -> str:
     return f"{code}\n{problem.test}\ncheck({problem.entry_point})\n"
 
 
+def checked(problem: Problem, code: str, box: sb.Sandbox) -> sb.Result:
+    """The code graded by the problem's tests: the program in a process of its own, `check()` in the sandbox's
+    judge, which the program cannot reach (the prompt's helpers are defined there too: HumanEval/32's `poly`)."""
+    return box.check(code, f"{problem.prompt}\n{problem.test}\n", problem.entry_point)
+
+
 def flag(answer: Answer, finish_reason: str | None, stop: Sequence[str] = ()) -> str | None:
     """Why an answer cannot be taken at face value, or None. The server does not say whether a stop string
     or the model ended an answer: with stop strings set, an answer without code, or whose code block
@@ -115,7 +122,7 @@ class Grade:
     passed: bool
     sandbox_wall_s: float | None
     sandbox_cpu_s: float | None
-    suspect: str | None = None  # why a pass cannot be trusted: what the sandbox's watch saw it return
+    suspect: str | None = None  # why a pass cannot be trusted: the type its function returned to the checks
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -128,7 +135,7 @@ def grade(problem: Problem, style: str, text: str, finish_reason: str | None, st
     flagged = flag(answer, finish_reason, stop)
     if answer.code is None:
         return Grade(None, answer.how, flagged, reason(None, flagged), answer.how, "", False, None, None)
-    result = box.run(program(problem, answer.code), watch=problem.entry_point)
+    result = checked(problem, answer.code, box)
     if result.passed and not result.suspect:
         result = result.against(reference_types(problem, box))
     return Grade(answer.code, answer.how, flagged, reason(result.status, flagged), result.detail, result.output,
@@ -141,7 +148,7 @@ def reference_types(problem: Problem, box: sb.Sandbox) -> frozenset[str] | None:
     answer that passed (None where the data has none, or it does not pass here)."""
     if not problem.canonical:
         return None
-    result = box.run(program(problem, problem.prompt + problem.canonical), watch=problem.entry_point)
+    result = checked(problem, problem.prompt + problem.canonical, box)
     return frozenset(result.returned) if result.passed and result.returned and not result.suspect else None
 
 

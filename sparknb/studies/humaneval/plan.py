@@ -49,9 +49,10 @@ class Plan(Sequential):
     stop: Stop = Field(
         [], description="a list of non-empty stop strings, e.g. ['\\ndef', '\\nclass', '\\nif', '\\nprint']; none by default")
     concurrency: Concurrency
-    isolation: Annotated[Literal["bubblewrap", "namespaces", "rlimits"], RESUMED] = Field(
+    isolation: Annotated[Literal["bubblewrap", "namespaces", "rlimits", "rlimits-as-you"], RESUMED] = Field(
         "bubblewrap", description="bubblewrap, or a weaker level asked for on purpose: namespaces (the host's files "
-        "visible) or rlimits (the network reachable)")
+        "visible) or rlimits (the network reachable); not as root, rlimits only as rlimits-as-you (the program runs as "
+        "you, next to your processes)")
     python: Annotated[str, RESUMED] = Field(sb.PYTHON, description="the interpreter programs run under, readable by "
                                             "an unprivileged user")
     timeout_s: Annotated[float, RESUMED] = Field(10.0, gt=0, le=600, description="wall-clock seconds a program may "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..batch.rule_sets import Graded, Harness, RuleSet, visible
 from .data import Problem
-from .grading import CLASSIC_STOPS, Grade, program
+from .grading import CLASSIC_STOPS, Grade, checked
 
 LM_EVAL_STOPS = CLASSIC_STOPS  # its task file's `until`, in its order
 THEIRS = {"lm-eval": LM_EVAL_STOPS, "reference": ()}  # the sets whose programs run beside sparknb's own
@@ -38,7 +38,7 @@ def run(problem: Problem, text: str, mine: Grade, box) -> dict[str, dict]:
         if code == mine.code:
             out[name] = {"passed": mine.passed, "how": "the program sparknb ran", "same_code": True}
             continue
-        result = box.run(program(problem, code), watch=problem.entry_point)
+        result = checked(problem, code, box)
         out[name] = {"passed": result.passed, "how": result.status, "same_code": False}
     return out
 

@@ -36,8 +36,8 @@ class Traps(batch.Traps):
 
     def more(self) -> str:
         n = self.counts.get(SUSPECT, 0)
-        return (f" {n} pass(es) went through a return value the checks cannot trust (an object whose class the "
-                "program gave its own __eq__, or a type the reference solution never returns): suspect, and shown "
+        return (f" {n} pass(es) went through a return value the checks cannot trust (a type the reference "
+                "solution never returns, or no return at all): suspect, and shown "
                 "with the failures below." if n else "")
 
     def coda(self) -> str:
