@@ -154,7 +154,8 @@ def test_a_run_signed_by_another_key_is_refused_until_trusted_by_name_and_then_n
     plan = compare.Plan.build(runs=[a.id, b.id], outputs=str(tmp_path))
     named = [str(n) for n in compare.warnings(plan.past)]
     key = manifest.check(b.path).signature.key
-    assert [n for n in named if "signed by" in n] == [f"{b.id}: signed by mallory ({key}), not by this box."]
+    mine = f"{b.id}: signed by mallory ({key}), not with this box's own key."
+    assert [n for n in named if "signed by" in n] == [mine]
     pins = decode.Plan.build(outputs=str(tmp_path), compare_with=b.id, prompt_lengths=[111]).settings()["inputs"]
     assert manifest.said(pins) == [f"reads {b.id}: intact, signed by mallory ({key})"]
     assert (f"decode: {b.id} (signed by mallory)", b.id) in sealed_runs(tmp_path)

@@ -207,6 +207,9 @@ class Seal:
 
     def remedy(self) -> str:
         """What would make it trusted, or why nothing would."""
+        if len(self.problems) == 1 and "never sealed" in self.problems[0]:
+            return (f"{self.problems[0]}. If its run died before sealing it, `sparknb seal FOLDER` keeps what it "
+                    "took, sealed after the fact: resume_from can then finish it")
         if self.problems:
             return ("It differs from its seal (" + "; ".join(self.problems) + "): nothing makes it trusted again; "
                     "measure again, or use an intact run")

@@ -226,7 +226,7 @@ class PastRun:
         another key that is trusted here is named as theirs wherever it is shown."""
         signature = self.seal.signature if self.seal else None
         own = signature is None or signature.signer is None or signature.public == signing.own_key()
-        return "" if own else f"signed by {signature.signer} ({signature.key}), not by this box"
+        return "" if own else f"signed by {signature.signer} ({signature.key}), not with this box's own key"
 
     @property
     def notebook(self) -> str:
