@@ -109,9 +109,14 @@ def test_a_manifest_rehashed_with_its_signature_dropped_is_refused_naming_what_t
 
 
 def test_a_box_without_ssh_keygen_seals_unsigned_and_is_told_what_to_install(tmp_path, monkeypatch, capsys):
+    signed = decode_run(tmp_path, "dense-27b", 8.9, fingerprint(), seed=2)  # sealed while ssh-keygen was there
     empty = tmp_path / "bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))  # no ssh-keygen anywhere
+    with pytest.raises(DataError) as e:
+        read_past(signed.id, "decode", outputs=tmp_path)
+    assert ("says: SIGNATURE UNCHECKED. signature unchecked: ssh-keygen is not installed (it signs and checks seals): "
+            "install openssh-client, and read it again") in str(e.value)
     a = decode_run(tmp_path, "moe-35b", 26.0, fingerprint(), seed=1)
     assert "ssh-keygen is not installed" in json.loads((a.path / "manifest.json").read_text())["unsigned"]
     with pytest.raises(DataError) as e:

@@ -177,7 +177,8 @@ class Seal:
     @property
     def verdict(self) -> str:
         """One line: intact and by whom, or the first thing that stands against it."""
-        for word, marker in (("NOT SEALED", "never sealed"), ("BAD SIGNATURE", "signature"),
+        for word, marker in (("NOT SEALED", "never sealed"), ("SIGNATURE UNCHECKED", "signature unchecked"),
+                             ("BAD SIGNATURE", "signature"),
                              ("AN INPUT WAS SEALED AGAIN", "input sealed again"),
                              ("SEALED AGAIN", "sealed again")):
             if any(marker in p for p in self.problems):
@@ -210,6 +211,8 @@ class Seal:
         if len(self.problems) == 1 and "never sealed" in self.problems[0]:
             return (f"{self.problems[0]}. If its run died before sealing it, `sparknb seal FOLDER` keeps what it "
                     "took, sealed after the fact: resume_from can then finish it")
+        if self.problems and all(p.startswith("signature unchecked") for p in self.problems):
+            return f"{self.problems[0]}, and read it again"
         if self.problems:
             return ("It differs from its seal (" + "; ".join(self.problems) + "): nothing makes it trusted again; "
                     "measure again, or use an intact run")
@@ -258,6 +261,8 @@ def _signature(folder: Path, sealed: dict, raw: bytes) -> tuple[signing.Signatur
                       if "key" in sealed else [])
     try:
         signature = signing.check(raw, folder / SIGNATURE)
+    except signing.NoKeygen as e:
+        return None, [f"signature unchecked: {e}"]
     except RunError as e:
         return None, [f"bad signature: {e}"]
     if not signature.good:

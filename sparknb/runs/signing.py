@@ -47,13 +47,17 @@ def whoami() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
+class NoKeygen(RunError):
+    """No ssh-keygen on this box: nothing can be signed or checked here, which says nothing of the seal itself."""
+
+
 def _ssh_keygen(*args: str, data: bytes = b"") -> subprocess.CompletedProcess:
     """ssh-keygen without a terminal (a passphrase prompt fails at once instead of waiting) and with a bound."""
     try:
         return subprocess.run(["ssh-keygen", *args], input=data, capture_output=True, timeout=TIMEOUT_S,
                               start_new_session=True)
     except FileNotFoundError:
-        raise RunError("ssh-keygen is not installed (it signs and checks seals): install openssh-client") from None
+        raise NoKeygen("ssh-keygen is not installed (it signs and checks seals): install openssh-client") from None
     except subprocess.TimeoutExpired:
         raise RunError(f"ssh-keygen {args[0]} {args[1]} gave no answer in {TIMEOUT_S} s") from None
 
