@@ -145,6 +145,7 @@ def test_a_run_signed_by_another_key_is_refused_until_trusted_by_name_and_then_n
     capsys.readouterr()
     assert main(["verify", str(b.path)]) == 1
     public = " ".join(Path(f"{other}.pub").read_text().split()[:2])
+    assert public.split()[1] not in (Path(os.environ["SPARKNB_CONFIG_DIR"]) / "allowed_signers").read_text()
     assert f"sparknb trust '{public}' --as NAME" in capsys.readouterr().out
     with pytest.raises(DataError) as e:
         compare.Plan.build(runs=[a.id, b.id], outputs=str(tmp_path))
@@ -190,7 +191,7 @@ def test_the_ledger_knows_a_copy_whose_record_lines_were_shuffled(tmp_path, monk
     a = decode_run(tmp_path, "moe-35b", 26.0, fingerprint(), seed=1)
     copy = _copy(a, "20990101-000000-moe-35b-abcdef")
     lines = (copy / "records.jsonl").read_text().splitlines(keepends=True)
-    (copy / "records.jsonl").write_text("".join(reversed(lines)))
+    (copy / "records.jsonl").write_text("".join(reversed(lines)).replace('": ', '":'))  # shuffled and respaced
     Run(copy).seal()
     (problem,) = manifest.check(copy).problems
     assert problem.startswith(f"a copy: its records.jsonl is that of run {a.id}")

@@ -108,11 +108,19 @@ def _records(hashes: dict, folder: Path) -> str | None:
 
 
 def _record_lines(folder: Path) -> str | None:
-    """The sha256 of a run's record lines in sorted order: a copy whose lines were shuffled before it was sealed
-    again hashed as other records and passed the ledger's copy check; its lines sorted, it is the same."""
+    """The sha256 of a run's records, each written alike and in sorted order: a copy whose lines were shuffled (or
+    respaced) before it was sealed again hashed as other records and passed the ledger's copy check."""
     path = folder / "records.jsonl"
-    lines = sorted(line.strip() for line in path.read_text().splitlines() if line.strip()) if path.is_file() else []
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest() if lines else None
+    lines = path.read_text(errors="replace").splitlines() if path.is_file() else []
+    same = sorted(_alike(line) for line in lines if line.strip())
+    return hashlib.sha256("\n".join(same).encode()).hexdigest() if same else None
+
+
+def _alike(line: str) -> str:
+    try:
+        return json.dumps(json.loads(line), sort_keys=True)
+    except ValueError:  # a half-written line is compared as it is
+        return line.strip()
 
 
 # --- the ledger of this box's seals ---------------------------------------------------------------------
