@@ -1,4 +1,4 @@
-"""The command line: serve a tiny model, run a notebook into a sealed folder, verify a folder, demo."""
+"""The command line: serve a tiny model, run a notebook into a sealed folder, verify a folder, trust a key, demo."""
 
 from __future__ import annotations
 
