@@ -211,3 +211,14 @@ def test_a_stopped_campaign_measures_again_a_cell_whose_run_no_reader_takes(tmp_
     assert campaign._finished(record.path) == {"decode/moe-35b": str(a.path)}
     assert f"decode/dense-27b: measured again, as {copy.name} is refused: SEALED AFTER THE FACT" in capsys.readouterr(
         ).out
+
+
+@pytest.fixture(scope="module")
+def module_run(tmp_path_factory) -> Run:
+    """A run sealed by a module fixture, as the notebook tests seal theirs: with the suite's key (conftest)."""
+    return decode_run(tmp_path_factory.mktemp("module"), "moe-35b", 26.0, fingerprint(), seed=1)
+
+
+def test_a_fixture_s_run_is_this_box_s_own_to_every_test(module_run):
+    (past,) = read_past(str(module_run.path), "decode")
+    assert past.seal.trusted and past.signer == ""
