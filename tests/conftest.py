@@ -94,6 +94,7 @@ def _own_config_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
     """The suite signs its seals with a key of its own and remembered in a ledger of its own, never the
     user's (~/.config/sparknb): the suite's fixtures reuse run ids that a shared ledger would take for re-seals."""
     previous = os.environ.get("SPARKNB_CONFIG_DIR")
+    users_key = os.environ.pop(signing.KEY_ENV, None)  # the suite signs with its own key, never the user's
     os.environ["SPARKNB_CONFIG_DIR"] = str(tmp_path_factory.mktemp("config"))
     with contextlib.suppress(SparknbError):  # the suite's key, made now; none where ssh-keygen is missing
         signing.signer()
@@ -102,6 +103,8 @@ def _own_config_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
         os.environ.pop("SPARKNB_CONFIG_DIR", None)
     else:
         os.environ["SPARKNB_CONFIG_DIR"] = previous
+    if users_key is not None:
+        os.environ[signing.KEY_ENV] = users_key
 
 
 @pytest.fixture(autouse=True)
