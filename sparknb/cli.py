@@ -1,4 +1,4 @@
-"""The command line: serve a tiny model, run a notebook into a sealed folder, verify a folder, demo."""
+"""The command line: serve a tiny model, run a notebook into a sealed folder, verify a folder, trust a key, demo."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from .runs.execute import Interrupted, run_notebook, seal_interrupted
 from .runs.params import TESTBED_ENGINES, load_model
 from .runs.redaction import redact
 from .runs.run import MANIFEST
-from .runs.signing import NAMESPACE, allowed_signers
+from .runs import signing
 from .runs.strict_json import read_object
 
 
@@ -47,12 +47,9 @@ def _verify(folder: str) -> int:
     """Each problem and each thing left unchecked, then the verdict; 0 only for an intact run whose signer is
     known here and that sealed itself."""
     seal = manifest.check(folder)
-    for line in [*seal.problems, *seal.notes]:
-        print(line)
+    for line in [*seal.problems, *seal.notes, *([seal.remedy()] if not seal.trusted and not seal.problems else [])]:
+        print(line)  # the problems, what went unchecked, and the command that would make it trusted
     print(f"{folder}: {seal.verdict}")
-    if seal.signature is not None and seal.signature.signer is None and not seal.problems:
-        print(f"To trust that key, add it to {allowed_signers()} as\n  NAME namespaces=\"{NAMESPACE}\" "
-              f"{seal.signature.public}")
     return 0 if seal.trusted else 1
 
 
@@ -111,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     p_verify = sub.add_parser("verify", help="check a sealed run folder against its signed manifest, and name "
                                              "who signed it")
     p_verify.add_argument("folder")
+    p_trust = sub.add_parser("trust", help="trust another SSH key's seals, by name: its runs verify as intact, "
+                             "signed by NAME, and every reader takes them")
+    p_trust.add_argument("key", help="the public key ('ssh-ed25519 AAAA...', as `sparknb verify` prints it) or a .pub")
+    p_trust.add_argument("--as", dest="name", required=True, help="whose key it is (never this box's own name)")
     p_seal = sub.add_parser("seal", help="seal a run folder whose run died before sealing it (marked failed halfway)")
     p_seal.add_argument("folder")
     p_demo = sub.add_parser("demo", help=f"run the demo campaign ({DEMO}) and its comparison report")
@@ -153,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sealed run: {folder}\nreport: {folder / 'report.html'}")
         elif args.command == "verify":
             return _verify(args.folder)
+        elif args.command == "trust":
+            print(f"trusted {signing.trust(args.key, args.name)} as {args.name} ({signing.allowed_signers()})")
         elif args.command == "seal":
             print(f"sealed: {seal_interrupted(args.folder)}")
         elif args.command == "campaign":

@@ -12,11 +12,14 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from sparknb.errors import SparknbError
+from sparknb.runs import signing
 from sparknb.serving import llama_server, testbed
 
 # Not a secret: it only guards the throw-away test server from the test that checks the guard.
@@ -91,19 +94,29 @@ def _own_config_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
     """The suite signs its seals with a key of its own and remembered in a ledger of its own, never the
     user's (~/.config/sparknb): the suite's fixtures reuse run ids that a shared ledger would take for re-seals."""
     previous = os.environ.get("SPARKNB_CONFIG_DIR")
+    users_key = os.environ.pop(signing.KEY_ENV, None)  # the suite signs with its own key, never the user's
     os.environ["SPARKNB_CONFIG_DIR"] = str(tmp_path_factory.mktemp("config"))
+    with contextlib.suppress(SparknbError):  # the suite's key, made now; none where ssh-keygen is missing
+        signing.signer()
     yield
     if previous is None:
         os.environ.pop("SPARKNB_CONFIG_DIR", None)
     else:
         os.environ["SPARKNB_CONFIG_DIR"] = previous
+    if users_key is not None:
+        os.environ[signing.KEY_ENV] = users_key
 
 
 @pytest.fixture(autouse=True)
 def _own_config(_own_config_session: None, tmp_path_factory: pytest.TempPathFactory,
                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test its own ledger and key (a session or module fixture's runs are sealed with the session's)."""
-    monkeypatch.setenv("SPARKNB_CONFIG_DIR", str(tmp_path_factory.mktemp("config")))
+    """Each test its own ledger, and the suite's key: the suite is one box, so a session or module fixture's runs,
+    sealed with that key, are this box's own (every reader refuses a run signed by a key it does not trust)."""
+    config = tmp_path_factory.mktemp("config")
+    for name in ("signing_key", "signing_key.pub", "allowed_signers"):
+        if (signing.config_dir() / name).is_file():
+            shutil.copy2(signing.config_dir() / name, config / name)
+    monkeypatch.setenv("SPARKNB_CONFIG_DIR", str(config))
     monkeypatch.delenv("SPARKNB_SIGNING_KEY", raising=False)
 
 

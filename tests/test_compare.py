@@ -383,10 +383,13 @@ def test_an_input_sealed_again_after_the_comparison_fails_the_comparisons_verify
     assert problem.startswith(f"input sealed again: {b.path} no longer has the manifest this run read")
 
 
-def test_an_input_whose_seal_this_box_cannot_vouch_for_is_named_in_the_comparisons_warnings(tmp_path, monkeypatch):
+def test_an_input_whose_seal_this_box_cannot_vouch_for_is_refused_by_the_comparison(tmp_path, monkeypatch):
     a = decode_run(tmp_path, "moe-35b", 26.0, fingerprint(), seed=1)
     monkeypatch.setenv("SPARKNB_SIGNING_KEY", str(tmp_path / "no-such-key"))  # b sealed where nothing could sign
     b = decode_run(tmp_path, "dense-27b", 8.9, fingerprint(), seed=2)
-    notes = [str(n) for n in compare.warnings(compare.Plan.build(runs=[a.id, b.id], outputs=str(tmp_path)).past)]
-    assert notes == [f"WARNING: {b.id}: its seal is not one this box can vouch for: UNSIGNED: its files match its "
-                     "manifest, but nothing vouches for the manifest."]
+    with pytest.raises(DataError) as e:
+        compare.Plan.build(runs=[a.id, b.id], outputs=str(tmp_path))
+    said = str(e.value)
+    assert f"{b.id} is refused, as `sparknb verify {b.path}` says: UNSIGNED: its files match its manifest" in said
+    assert f"Its manifest says: SPARKNB_SIGNING_KEY names {tmp_path / 'no-such-key'}, which is no file" in said
+    assert a.id not in said

@@ -2,8 +2,10 @@
 
 import hashlib
 import json
+import os
 import shutil
 import stat
+from pathlib import Path
 
 import nbformat
 import numpy as np
@@ -174,12 +176,13 @@ def test_a_run_that_died_unsealed_is_sealed_by_hand_marked_failed_and_sealed_aft
 
 
 def _another_box(monkeypatch, tmp_path, name, trusting=None):
-    """Another box's sparknb: its own key and ledger; `trusting` lists the keys of another box's allowed_signers."""
+    """Another box's sparknb: its own key and ledger; `trusting` is another box's config folder, whose own key it
+    trusts by that folder's name (`sparknb trust`)."""
     config = tmp_path / name
     config.mkdir()
-    if trusting is not None:
-        (config / "allowed_signers").write_text((trusting / "allowed_signers").read_text())
     monkeypatch.setenv("SPARKNB_CONFIG_DIR", str(config))
+    if trusting is not None:
+        assert main(["trust", str(trusting / "signing_key.pub"), "--as", trusting.name]) == 0
     return config
 
 
@@ -245,7 +248,8 @@ def test_a_copy_under_another_run_id_is_refused_however_it_was_sealed(tmp_path, 
     Run(copy).seal()
     assert verify(copy) == [f"a copy: its records.jsonl is that of run {run.id}, sealed on this box at "
                             f"{json.loads((run.path / 'manifest.json').read_text())['sealed_at']}"]
-    _another_box(monkeypatch, tmp_path, "reader")  # where no ledger knows the original: the records tell
+    author = Path(os.environ["SPARKNB_CONFIG_DIR"])
+    _another_box(monkeypatch, tmp_path, "reader", trusting=author)  # no ledger knows the original: the records tell
     assert verify(copy) == []
     with pytest.raises(DataError, match=f"{run.id} and {copy.name} hold the same records"):
         read_past([run.id, copy.name], "decode", outputs=tmp_path)
@@ -278,7 +282,8 @@ def test_a_run_resumed_from_and_its_copy_compared_with_are_refused(tmp_path, mon
 
     past_run(tmp_path, "orig", {"temperature": 0.0}, [answer("1")])
     past_run(tmp_path, "copy", {"temperature": 0.0}, [answer("1")])
-    _another_box(monkeypatch, tmp_path, "reader")  # where no ledger knows them: the records tell
+    author = Path(os.environ["SPARKNB_CONFIG_DIR"])
+    _another_box(monkeypatch, tmp_path, "reader", trusting=author)  # no ledger knows them: the records tell
     with pytest.raises(DataError, match="orig and copy hold the same records"):
         mmlu_pro.Plan.build(outputs=str(tmp_path), resume_from="orig", compare_with="copy")
 

@@ -26,7 +26,7 @@ from ..runs.params import CampaignParams, load_campaign, load_model
 from ..runs.plan import BY_SPARKNB, BY_THE_CAMPAIGN, Plan
 from ..runs.redaction import redact
 from ..runs.report import duration
-from ..runs.run import MANIFEST, Run, outputs_dir, read_records, verify
+from ..runs.run import MANIFEST, Run, outputs_dir, read_records, refusal
 from ..studies import registry
 
 NOTEBOOK = "campaigns"
@@ -153,7 +153,7 @@ def resumed(cell: Cell, record: Run) -> Cell:
         return cell
     tries = [r for r in read_records(record.path) if r.get("cell") == cell.key and r.get("status")]
     halfway = tries[-1].get("run") if tries and tries[-1]["status"] in ("failed", "interrupted") else None
-    if not halfway or verify(Path(halfway)):  # gone, or no longer what it sealed: asked afresh
+    if not halfway or refusal(Path(halfway), resume=True):  # gone, or not one resume_from takes: asked afresh
         return cell
     return replace(cell, parameters=cell.parameters | {"resume_from": halfway})
 
@@ -172,12 +172,21 @@ def _open(campaign: CampaignParams, file: str, cells: list[Cell], resume: str,
     recorded = json.loads((path / "params.json").read_text())["cells"]
     if [c["cell"] for c in recorded] != [c.key for c in cells]:
         raise RunError(f"{file} no longer describes campaign {resume}: its cells changed. Start a new campaign.")
+    return Run(path), _finished(path)
+
+
+def _finished(path: Path) -> dict[str, str]:
+    """The cells a stopped campaign finished whose runs every reader takes; any other is measured again, saying
+    why (a run tampered with, or sealed again, since)."""
     done = {}
     for r in read_records(path):
         folder = Path(r.get("run", ""))
-        if r.get("status") == "done" and folder.is_dir() and not verify(folder):
+        refused = refusal(folder) if r.get("status") == "done" and folder.is_dir() else None
+        if refused:
+            say(f"{r['cell']}: measured again, as {folder.name} is refused: {refused}")
+        elif refused is not None:
             done[r["cell"]] = str(folder)
-    return Run(path), done
+    return done
 
 
 def run_here(campaign: CampaignParams, cells: list[Cell], record: Run, outputs: str | Path,

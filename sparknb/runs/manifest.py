@@ -79,7 +79,8 @@ def write(folder: Path, run_id: str, late: dict | None = None) -> Path:
     if signature:
         _create(folder / SIGNATURE, signature)
     _remember({"run_id": run_id, "manifest_sha256": hashlib.sha256(text.encode()).hexdigest(),
-               "records_sha256": _records(hashes, folder), "signed": bool(signature), "at": body["sealed_at"]})
+               "records_sha256": _records(hashes, folder), "record_lines_sha256": _record_lines(folder),
+               "signed": bool(signature), "at": body["sealed_at"]})
     return folder / MANIFEST
 
 
@@ -104,6 +105,22 @@ def _records(hashes: dict, folder: Path) -> str | None:
     """The sha256 of a run's records, where it has any (empty records are no one's in particular)."""
     name = "records.jsonl"
     return hashes[name] if name in hashes and (folder / name).stat().st_size else None
+
+
+def _record_lines(folder: Path) -> str | None:
+    """The sha256 of a run's records, each written alike and in sorted order: a copy whose lines were shuffled (or
+    respaced) before it was sealed again hashed as other records and passed the ledger's copy check."""
+    path = folder / "records.jsonl"
+    lines = path.read_text(errors="replace").splitlines() if path.is_file() else []
+    same = sorted(_alike(line) for line in lines if line.strip())
+    return hashlib.sha256("\n".join(same).encode()).hexdigest() if same else None
+
+
+def _alike(line: str) -> str:
+    try:
+        return json.dumps(json.loads(line), sort_keys=True)
+    except ValueError:  # a half-written line is compared as it is
+        return line.strip()
 
 
 # --- the ledger of this box's seals ---------------------------------------------------------------------
@@ -145,22 +162,31 @@ def refuse_second_seal(run_id: str) -> None:
 
 @dataclass(frozen=True)
 class Seal:
-    """What a run folder's seal says: every problem (never to be trusted), who signed, and what went unchecked."""
+    """What a run folder's seal says: every problem (never to be trusted), who signed, and what went unchecked;
+    and the one rule by which every reader of past runs takes it or refuses it (refusal)."""
 
     problems: tuple[str, ...]
     signature: signing.Signature | None  # None: no signature
     after_the_fact: dict | None  # sealed-after-the-fact.json, where `sparknb seal` sealed a run that had died
     notes: tuple[str, ...] = ()  # what could not be checked here, and why
     digest: str = ""  # the sha256 of the manifest checked (what a run that reads this one pins); "" with none
+    unsigned: str = ""  # why the box that sealed it could not sign, as its manifest says
+    untrusted_inputs: tuple[str, ...] = ()  # runs it read that were not trusted then, with their verdicts
 
     @property
     def trusted(self) -> bool:
         return self.verdict.startswith("intact")
 
     @property
+    def vouched(self) -> bool:
+        """Whole and signed by a key known here, though perhaps sealed after the fact or resting on such a run."""
+        return not self.problems and self.signature is not None and self.signature.signer is not None
+
+    @property
     def verdict(self) -> str:
         """One line: intact and by whom, or the first thing that stands against it."""
-        for word, marker in (("NOT SEALED", "never sealed"), ("BAD SIGNATURE", "signature"),
+        for word, marker in (("NOT SEALED", "never sealed"), ("SIGNATURE UNCHECKED", "signature unchecked"),
+                             ("BAD SIGNATURE", "signature"),
                              ("AN INPUT WAS SEALED AGAIN", "input sealed again"),
                              ("SEALED AGAIN", "sealed again")):
             if any(marker in p for p in self.problems):
@@ -174,7 +200,41 @@ class Seal:
         if self.after_the_fact:
             a = self.after_the_fact
             return f"SEALED AFTER THE FACT by {a.get('sealed_by')} at {a.get('sealed_at')} ({a.get('why')}); {by}"
+        if self.signature.signer and self.untrusted_inputs:
+            return f"READ AN UNTRUSTED RUN: {'; '.join(self.untrusted_inputs)}; {by}"
         return f"intact, {by}" if self.signature.signer else f"UNKNOWN SIGNER: {by}"
+
+    def refusal(self, resume: bool = False) -> str:
+        """Why a reader may not take this run, in the verdict's words, and what would make it trusted; "" where
+        it may. The one rule for every reader (compare_with, resume_from, the comparison, campaigns, the run
+        browser): only what `sparknb verify` calls intact and trusted. `resume` also takes a run that is whole and
+        signed by a known key but sealed after the fact (a kernel that died): the run that finishes it pins it
+        as untrusted, so it is never trusted either."""
+        if self.trusted or (resume and self.vouched):
+            return ""
+        return f"{self.verdict}. {self.remedy()}"
+
+    def remedy(self) -> str:
+        """What would make it trusted, or why nothing would."""
+        if len(self.problems) == 1 and "never sealed" in self.problems[0]:
+            return (f"{self.problems[0]}. If its run died before sealing it, `sparknb seal FOLDER` keeps what it "
+                    "took, sealed after the fact: resume_from can then finish it")
+        if self.problems and all(p.startswith("signature unchecked") for p in self.problems):
+            return f"{self.problems[0]}, and read it again"
+        if self.problems:
+            return ("It differs from its seal (" + "; ".join(self.problems) + "): nothing makes it trusted again; "
+                    "measure again, or use an intact run")
+        if self.signature is None:
+            why = f"Its manifest says: {self.unsigned.rstrip('.')}. " if self.unsigned else ""
+            return (f"{why}Only a signed seal is trusted: install openssh-client (it provides ssh-keygen, which "
+                    f"signs seals), check that ${signing.KEY_ENV}, if set, names a key that signs, and measure again")
+        if self.signature.signer is None:
+            return (f"If you trust whoever holds that key: sparknb trust '{self.signature.public}' --as NAME "
+                    "(NAME: theirs, never this box's own)")
+        if self.after_the_fact:
+            return ("Nothing vouches that its files are the run's own: it may be finished with resume_from (the run "
+                    "that finishes it is not trusted either), never compared; measure again to compare")
+        return "It read runs this box could not vouch for: measure again without them"
 
 
 def check(path: str | Path) -> Seal:
@@ -196,10 +256,11 @@ def check(path: str | Path) -> Seal:
     if run_id != folder.name:
         problems.insert(0, f"renamed: the folder is {folder.name!r} but the run sealed in it is {run_id!r}")
     sha = hashlib.sha256(raw).hexdigest()
-    problems += _ledger_problems(run_id, sha, _records(expected, folder) if "records.jsonl" in expected
-                                 and (folder / "records.jsonl").is_file() else None)
-    pinned, notes = _pinned(folder)
-    return Seal(tuple(problems + pinned), signature, read_object(folder / AFTER_THE_FACT), tuple(notes), sha)
+    records = "records.jsonl" in expected and (folder / "records.jsonl").is_file()
+    problems += _ledger_problems(run_id, sha, (_records(expected, folder), _record_lines(folder)) if records else None)
+    pinned, notes, untrusted = _pinned(folder)
+    return Seal(tuple(problems + pinned), signature, read_object(folder / AFTER_THE_FACT), tuple(notes), sha,
+                str(sealed.get("unsigned") or ""), tuple(untrusted))
 
 
 def _signature(folder: Path, sealed: dict, raw: bytes) -> tuple[signing.Signature | None, list[str]]:
@@ -208,6 +269,8 @@ def _signature(folder: Path, sealed: dict, raw: bytes) -> tuple[signing.Signatur
                       if "key" in sealed else [])
     try:
         signature = signing.check(raw, folder / SIGNATURE)
+    except signing.NoKeygen as e:
+        return None, [f"signature unchecked: {e}"]
     except RunError as e:
         return None, [f"bad signature: {e}"]
     if not signature.good:
@@ -232,7 +295,7 @@ def _changes(folder: Path, expected: dict, sealed_folders: Sequence[str]) -> lis
     return problems + [f"symbolic link: {name}" for name in links]
 
 
-def _ledger_problems(run_id: str, digest: str | None, records: str | None) -> list[str]:
+def _ledger_problems(run_id: str, digest: str | None, records: tuple[str | None, str | None] | None) -> list[str]:
     """A run this box sealed with another manifest was sealed again; records that a run sealed here before it
     holds are a copy (the run sealed first is the original)."""
     sealed = _sealed_here()
@@ -246,7 +309,13 @@ def _ledger_problems(run_id: str, digest: str | None, records: str | None) -> li
             problems.append(f"sealed again: this box sealed run {run_id} at {e.get('at')} with another manifest "
                             f"(sha256 {str(e.get('manifest_sha256'))[:12]}...); the folder changed after sealing")
     return problems + [f"a copy: its records.jsonl is that of run {e['run_id']}, sealed on this box at {e.get('at')}"
-                       for e in earlier if records and e.get("records_sha256") == records]
+                       for e in earlier if records and _same(e, *records)]
+
+
+def _same(entry: dict, file: str | None, lines: str | None) -> bool:
+    """The same records as a ledger entry: the same file, or the same lines in any order (entries written before
+    the lines were hashed hold the file's hash only)."""
+    return bool(file and entry.get("records_sha256") == file or lines and entry.get("record_lines_sha256") == lines)
 
 
 # --- runs read by a run ---------------------------------------------------------------------------------
@@ -259,14 +328,30 @@ def digest(folder: Path) -> str:
 def pins(runs: Sequence) -> list[dict]:
     """The pins of the runs a plan read (run.PastRun): where each was and its manifest's sha256 then."""
     return [{"notebook": r.path.parent.name, "run_id": r.path.name, "path": str(r.path.resolve()),
-             "manifest_sha256": r.manifest_sha256} for r in runs]
+             "manifest_sha256": r.manifest_sha256} | _trust_of(r.seal) | ({"signer": r.signer} if r.signer else {})
+            for r in runs]
 
 
-def _pinned(folder: Path) -> tuple[list[str], list[str]]:
-    """Each input whose manifest is no longer the one this run read (a problem), or that is not here (a note)."""
+def said(pins: Sequence[dict]) -> list[str]:
+    """What a run says of the runs it read, where one was signed by another key or was not trusted."""
+    return [f"reads {p['run_id']}: {p.get('verdict')}" for p in pins if p.get("signer") or p.get("trusted") is False]
+
+
+def _trust_of(seal: Seal | None) -> dict:
+    """Whether a run read was trusted then, and its verdict: a run that read one that was not (resume_from a run
+    sealed after the fact) is itself not trusted, signed as it is (`resume_from` a forged unsigned run made a
+    new run that verified intact, signed by this box)."""
+    return {} if seal is None else {"trusted": seal.trusted, "verdict": seal.verdict}
+
+
+def _pinned(folder: Path) -> tuple[list[str], list[str], list[str]]:
+    """Each input whose manifest is no longer the one this run read (a problem), that is not here (a note), or
+    that was not trusted when this run read it (its verdict then, signed into this run's params.json)."""
     problems, notes = [], []
     settings = (read_object(folder / "params.json") or {}).get("settings")
-    for pin in (settings.get("inputs") or [] if isinstance(settings, dict) else []):
+    pinned = settings.get("inputs") or [] if isinstance(settings, dict) else []
+    untrusted = [f"{pin['run_id']} ({pin.get('verdict')})" for pin in pinned if pin.get("trusted") is False]
+    for pin in pinned:
         found = next((p for p in (folder.parent.parent / pin["notebook"] / pin["run_id"], Path(pin["path"]))
                       if (p / MANIFEST).is_file()), None)
         now = digest(found) if found is not None else None
@@ -275,4 +360,4 @@ def _pinned(folder: Path) -> tuple[list[str], list[str]]:
         elif now != pin["manifest_sha256"]:
             problems.append(f"input sealed again: {found} no longer has the manifest this run read (sha256 "
                             f"{pin['manifest_sha256'][:12]}..., now {now[:12]}...)")
-    return problems, notes
+    return problems, notes, untrusted

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import DataError, RunError
-from . import manifest
+from . import manifest, signing
 from .manifest import MANIFEST, walk
 from .params import project_root
 from .redaction import redact
@@ -189,6 +189,12 @@ def verify(path: str | Path) -> list[str]:
     return list(manifest.check(path).problems)
 
 
+def refusal(path: str | Path, resume: bool = False) -> str:
+    """Why no reader takes the folder (manifest.Seal.refusal: only what verify calls intact and trusted, or, for
+    `resume`, sealed after the fact by a known key), with the command that would make it trusted; "" if one does."""
+    return manifest.check(path).refusal(resume)
+
+
 # --- earlier runs, read back -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -210,8 +216,17 @@ class PastRun:
 
     @functools.cached_property
     def records_sha256(self) -> str:
-        """Its records' hash, taken once however many reads of the past look for copies (same_records)."""
-        return hashlib.sha256(dumps(self.records, sort_keys=True).encode()).hexdigest()
+        """Its records' hash in any order (a copy's lines shuffled are the same records), taken once however many
+        reads of the past look for copies (same_records)."""
+        return hashlib.sha256(dumps(sorted(dumps(r, sort_keys=True) for r in self.records)).encode()).hexdigest()
+
+    @property
+    def signer(self) -> str:
+        """Who signed it, where that is not this box's own key ("" for this box's own run): a run signed by
+        another key that is trusted here is named as theirs wherever it is shown."""
+        signature = self.seal.signature if self.seal else None
+        own = signature is None or signature.signer is None or signature.public == signing.own_key()
+        return "" if own else f"signed by {signature.signer} ({signature.key}), not with this box's own key"
 
     @property
     def notebook(self) -> str:
@@ -253,10 +268,9 @@ def _read_one(value: str, notebook: str | None, what: str, outputs: str | Path) 
         return (f"{what} {value!r}: {path.name} is a {params.get('notebook')!r} run, not a {notebook} run; only "
                 f"{notebook} runs measured the same thing.")
     seal = manifest.check(path)
-    problems = list(seal.problems)
-    if problems:
-        return (f"{what} {value!r}: {path.name} does not match its seal ({'; '.join(problems)}). Its numbers cannot "
-                "be trusted: compare with an intact run, or seal an interrupted one with `sparknb seal FOLDER`.")
+    refused = seal.refusal(resume=what == "resume_from")
+    if refused:
+        return f"{what} {value!r}: {path.name} is refused, as `sparknb verify {path}` says: {refused}."
     fingerprint = read_object(path / "fingerprint.json")
     if fingerprint is None:
         return (f"{what} {value!r}: {path.name} has no fingerprint.json; without it nobody can tell whether it ran "

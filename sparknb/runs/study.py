@@ -22,7 +22,7 @@ from ..errors import ParamsError
 from ..machine import energy, fingerprint, guard, probe, telemetry
 from ..roofline import bandwidth, census
 from ..verdicts.stats import drift
-from . import interrupt, signing
+from . import interrupt, manifest, signing
 from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
 from .redaction import redact
 from .report import Finding, info, warning
@@ -355,6 +355,8 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
     _open.append(study)
     where = f"at {redact(ep.url)} (server {server.version})" if ep else "started by this study"
     print(f"run {run.id}: {', '.join(dict.fromkeys(names))} {where}; writing {run.path}", flush=True)
+    for line in manifest.said(settings.get("inputs") or []):  # another box's key, or a run not trusted
+        print(line, flush=True)
     return study
 
 

@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from ...runs import manifest, signing
 from ...runs.run import MANIFEST, outputs_dir
 from .. import registry
 from .plan import Plan
@@ -22,11 +23,19 @@ def in_jupyter() -> bool:
 
 def sealed_runs(outputs: str | Path = "") -> list[tuple[str, str]]:
     """(label, run id) of every sealed run of a study that measures (studies.registry) under outputs/, newest
-    first: a campaign's record or an earlier comparison is no run to compare."""
+    first: a campaign's record or an earlier comparison is no run to compare. A run no reader takes says so
+    in its label, in the verdict's words (picked, the comparison refuses it with the command that trusts it)."""
     base = Path(outputs or outputs_dir())
-    found = [(f"{study}: {m.parent.name}", m.parent.name) for study in registry.known()
+    found = [(f"{study}: {m.parent.name}{_doubt(m.parent)}", m.parent.name) for study in registry.known()
              for m in (base / study).glob(f"*/{MANIFEST}")]
     return sorted(found, key=lambda x: x[1], reverse=True)
+
+
+def _doubt(folder: Path) -> str:
+    seal = manifest.check(folder)
+    if not seal.trusted:
+        return f" (REFUSED: {seal.verdict})"
+    return "" if seal.signature.public == signing.own_key() else f" (signed by {seal.signature.signer})"
 
 
 def browser(show: Callable[[Plan], None], outputs: str | Path = "", selected: tuple[str, ...] = ()):

@@ -112,8 +112,7 @@ def warnings(past: list[PastRun], mode: str = "models") -> list[Finding]:
     for label, kinds in builds.items():
         if len(kinds) > 1:
             notes.append(warning(f"{label} was served as different builds across its runs: {sorted(map(str, kinds))}."))
-    return notes + [warning(f"{r.id}: its seal is not one this box can vouch for: {r.seal.verdict}.") for r in past
-                    if r.seal is not None and not r.seal.trusted]
+    return notes + [info(f"{r.id}: {r.signer}.") for r in past if r.signer]
 
 
 def _speculation(served: list[PastRun]) -> list[Finding]:

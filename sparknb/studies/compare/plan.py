@@ -35,7 +35,7 @@ class Plan(plan.Plan):
 
     @model_validator(mode="after")
     def _read(self) -> Plan:
-        """Every run read once, its seal verified; a tampered or unsealed one is refused by name."""
+        """Every run read once, its seal verified; one `sparknb verify` does not call trusted is refused by name."""
         from ...boxes import campaign
 
         chosen = self.campaign or ("" if self.runs else campaign.latest(self.outputs) or "")

@@ -50,6 +50,8 @@ def _setup(label: str, study: Study, run: PastRun) -> list[Finding]:
     """Another box, driver or server build, and a run that stopped halfway: named before any ratio."""
     notes = [warning(f"{label} ran elsewhere: {facet} differs: {', '.join(diffs)}.") for facet, diffs in
              fingerprint.differences(study.fingerprint, run.fingerprint, fingerprint.SAME_SETUP).items()]
+    if run.signer:
+        notes.append(info(f"{label} is {run.signer}."))
     if run.failure:
         notes.append(warning(f"{label} failed halfway ({run.failure.get('reason')}): its figures come from the "
                              "requests it measured before it stopped."))
