@@ -173,5 +173,10 @@ def write_html(notebook: Path, target: Path, failure: str | None = None, records
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(note))
     body, _ = exporter.from_notebook_node(nb)
     with open(target, "x", encoding="utf-8") as f:
-        f.write(body)
+        try:
+            f.write(body)
+            f.flush()
+        except OSError:  # a full disk: no half report
+            target.unlink()
+            raise
     return target

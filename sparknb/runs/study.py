@@ -18,7 +18,7 @@ import pandas as pd
 from ..endpoint import metrics, stream
 from ..endpoint.client import Endpoint, ServerInfo
 from ..endpoint.completion import Completion
-from ..errors import ParamsError
+from ..errors import ParamsError, RunError
 from ..machine import energy, fingerprint, guard, probe, telemetry
 from ..roofline import bandwidth, census
 from ..verdicts.stats import drift
@@ -26,7 +26,8 @@ from . import interrupt
 from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
 from .redaction import redact
 from .report import Finding, info, warning
-from .run import FAILURE, Run, read_records
+from .run import CLAIM, FAILURE, Run, read_records
+from .strict_json import read_object
 
 ENV_PREFIX = "env:"  # an endpoint given as env:NAME is read from that variable, so no password is a parameter
 
@@ -114,10 +115,17 @@ class Study:
         reason = (error if isinstance(error, str) else interrupt.REASON if isinstance(error, KeyboardInterrupt)
                   else f"{type(error).__name__}: {error}")
         records = self.records()
-        self.run.write_json(FAILURE, {"failed_halfway": True, "reason": reason, "records": len(records),
-                                      "errors": sum("error" in r for r in records)})
-        print(f"FAILED HALFWAY: {redact(reason)}\nThe {len(records)} record(s) taken are kept in {self.run.path}.",
-              flush=True)
+        resumable = "resume_from" in (read_object(self.run.path / CLAIM) or {}).get("settings", {})
+        print(f"FAILED HALFWAY: {redact(reason)}\nThe {len(records)} record(s) taken are kept in {self.run.path}."
+              + (f" To finish it once the cause is fixed, run {self.notebook} again with resume_from="
+                 f"{self.run.id!r}: only what it did not finish is measured." if resumable else ""), flush=True)
+        try:
+            self.run.write_json(FAILURE, {"failed_halfway": True, "reason": reason, "records": len(records),
+                                          "errors": sum("error" in r for r in records)})
+        except RunError as e:  # the disk is full even now: `sparknb run` seals it, or the message says how
+            print(f"Could not mark it failed: {e}", flush=True)
+            self.lock.release()
+            return
         self._close()
 
     def finish(self, summary: dict) -> None:
