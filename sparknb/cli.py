@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     p_status.add_argument("--cluster", default="auto", metavar="ADDRESS")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # its INFO line printed every URL whole, a password too
     try:
         if args.command == "serve":
             from .serving import testbed

@@ -266,6 +266,13 @@ def late(shown: str, timeout: float, sink: Sink) -> EndpointError:
                          f"{sink.chunks} chunks.")
 
 
+def stalled(shown: str, stall: float, sink: Sink) -> EndpointError:
+    """A stream that sent nothing for `stall` seconds: once it held a run 600 s a request, in silence."""
+    return EndpointError(f"{shown} sent nothing for {stall:g} s (stall_timeout_s in the model's params); the answer "
+                         f"so far had {sink.chunks} chunks. The server stalled or is overloaded: check it, or raise "
+                         "stall_timeout_s where a long prompt's prefill takes longer than that before its first token.")
+
+
 def garbled(shown: str, e: Exception) -> EndpointError:
     return EndpointError(f"{shown} answered something that is not HTTP with JSON events ({e}).")
 
@@ -356,12 +363,12 @@ def undisturbed() -> Iterator[str]:
                 os.sched_setscheduler(0, policy, param)
 
 
-def exchange(route: Route, request: bytes, sink: Sink, timeout: float) -> Reader:
+def exchange(route: Route, request: bytes, sink: Sink, timeout: float, stall: float | None = None) -> Reader:
     """One request on a connection of its own, read in the calling thread until its answer ends.
 
     The connection (and a TLS handshake) is made before the clock; the clock (`sink.sent`) starts as the
     request is written; each read lands in one buffer and is stamped as it returns. No read waits more
-    than `timeout`, nor does the whole answer run past it by more than one read.
+    than `stall` (default: `timeout`), nor does the whole answer run past `timeout` by more than one read.
     """
     reader = Reader(sink)
     try:
@@ -378,8 +385,12 @@ def exchange(route: Route, request: bytes, sink: Sink, timeout: float) -> Reader
             sink.sent = time.perf_counter()
             deadline = sink.sent + timeout
             sock.sendall(request)
+            sock.settimeout(stall or timeout)
             while reader.ended is None:
-                n = sock.recv_into(buffer)
+                try:
+                    n = sock.recv_into(buffer)
+                except TimeoutError:
+                    raise stalled(route.shown, stall or timeout, sink) from None
                 now = time.perf_counter()
                 if not n:
                     reader.eof(now)

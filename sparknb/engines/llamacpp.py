@@ -69,6 +69,7 @@ class LlamaCpp(Engine):
     }
     timings_field = "timings"
     api_key_variable = "LLAMA_API_KEY"
+    context_option = "-c/--ctx-size (each of its --parallel slots gets an equal share of it)"
     process_name = "llama-server"
     log = llama_log
     untimed = ("server TTFT ms", "server queue ms")  # it times the prompt, not the request from its arrival

@@ -292,6 +292,10 @@ def _read_one(value: str, notebook: str | None, what: str, outputs: str | Path) 
         return f"{what} {value!r}: give the folder of an earlier {kind} or its run id"
     path = _locate(value, notebook, outputs)
     if path is None:
+        other = sorted(Path(outputs or outputs_dir()).glob(f"*/{value}")) if notebook and "/" not in value else []
+        if other:  # said as "no such run" before, as if it did not exist
+            return (f"{what} {value!r}: that run id is a {other[0].parent.name!r} run ({other[0]}), not a {notebook} "
+                    f"run; only {notebook} runs measured the same thing.")
         return (f"{what} {value!r}: no such run folder, nor a run id under {where}. Give the folder of an earlier "
                 f"{kind} (as `sparknb run` printed it) or its run id.")
     params = read_object(path / "params.json")
@@ -303,8 +307,10 @@ def _read_one(value: str, notebook: str | None, what: str, outputs: str | Path) 
     seal = manifest.check(path)
     problems = list(seal.problems)
     if problems:
+        unsealed = not (path / MANIFEST).exists()  # `sparknb seal` seals only those; a tampered run it refuses
         return (f"{what} {value!r}: {path.name} does not match its seal ({'; '.join(problems)}). Its numbers cannot "
-                "be trusted: compare with an intact run, or seal an interrupted one with `sparknb seal FOLDER`.")
+                "be trusted: " + (f"if its run died before sealing, seal it with `sparknb seal {path}`." if unsealed
+                                  else "use an intact run instead; nothing makes a changed run trusted again."))
     fingerprint = read_object(path / "fingerprint.json")
     if fingerprint is None:
         return (f"{what} {value!r}: {path.name} has no fingerprint.json; without it nobody can tell whether it ran "

@@ -68,7 +68,7 @@ class Study:
         ep = self.endpoint
         decode = None if ep.engine.token_prompts or not ep.tokenizer else ep.local_tokenizer().decode
         return stream.AsyncEndpoint(ep.url, ep.model, self.model.api_key(), on_chunk=on_chunk, engine=ep.engine,
-                                    decode=decode, key_env=self.model.api_key_env)
+                                    decode=decode, key_env=self.model.api_key_env, stall_s=self.model.stall_timeout_s)
 
     def request(self, tag: dict, call: Callable[[Endpoint], Completion], *, settle_s: float = 5.0) -> dict:
         """Send one request, read the server's counters around it, and record both at once.
@@ -320,7 +320,7 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
     if not models:
         ep = Endpoint(resolve_endpoint(endpoint or loaded[0].endpoint), loaded[0].served_model_name,
                       api_key=loaded[0].api_key(), tokenizer=loaded[0].tokenizer, engine=loaded[0].engine,
-                      key_env=loaded[0].api_key_env)
+                      key_env=loaded[0].api_key_env, stall_s=loaded[0].stall_timeout_s)
         server = ep.info()
         if validate:
             validate(server, ep)
