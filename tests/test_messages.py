@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import tempfile
 import threading
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from support import FakeHandler, serve
 
+from sparknb import engines
 from sparknb.endpoint.client import Endpoint, ServerInfo
 from sparknb.endpoint.stream import AsyncEndpoint
-from sparknb.errors import EndpointError, ParamsError
+from sparknb.errors import EndpointError, LifecycleError, ParamsError
+from sparknb.machine import fingerprint
 from sparknb.roofline import checkpoint
 from sparknb.runs.params import ModelParams
+from sparknb.serving import real_models, testbed
 from sparknb.studies import decode, prefill
 
 
@@ -92,3 +97,61 @@ def test_a_checkpoint_this_user_may_not_read_is_a_clear_error_naming_the_fix_not
         folder.rmdir()
     assert said.startswith(f"ParamsError: cannot read the checkpoint at {folder / 'm.gguf'}: Permission denied"), said
     assert "Let this user read it" in said and "--checkpoint PATH" in said
+
+
+def test_sparknb_serve_takes_slots_and_the_prompt_cache_as_llama_servers_options_and_refuses_them_on_vllm():
+    assert testbed.serving_args("smollm2", "llama.cpp", 2, False) == (
+        "--parallel", "2", "--ctx-size", str(2 * real_models.SLOT_CONTEXT), "--no-cache-prompt")
+    assert testbed.serving_args("smollm2", "llama.cpp") == ()
+    with pytest.raises(LifecycleError, match="add --engine llama.cpp"):
+        testbed.serving_args("tiny-dense", "vllm", prompt_cache=False)
+    with pytest.raises(LifecycleError, match="--slots 0: give 1 or more"):
+        testbed.serving_args("tiny-dense", "llama.cpp", 0)
+
+
+def test_the_fingerprint_records_the_prompt_cache_and_says_could_not_read_behind_a_proxy():
+    on = engines.LLAMACPP.settings(["llama-server", "--parallel", "4"])
+    off = engines.LLAMACPP.settings(["llama-server", "--no-cache-prompt"])
+    assert on["prompt cache"].startswith("on") and off["prompt cache"].startswith("off") and on["slots"] == "4"
+    with socket.socket() as proxy:  # this test's own process holds the port, as a proxy in front would
+        proxy.bind(("127.0.0.1", 0))
+        proxy.listen()
+        port = proxy.getsockname()[1]
+        said = fingerprint._settings({"engine": "llama.cpp", "url": f"http://127.0.0.1:{port}/v1"})
+    assert said["unknown"].startswith(f"could not read: port {port} is held by ")
+    assert "not llama-server" in said["unknown"]
+
+
+@pytest.mark.server
+def test_the_terminal_shows_the_runs_findings_not_the_kernels_plumbing(tiny_dense_llama, tmp_path, capfd, caplog):
+    """The kernel writes to the terminal itself (its own stderr), so the terminal is read as the file descriptors."""
+    from sparknb.runs.execute import run_notebook
+
+    with caplog.at_level("INFO", logger="papermill"):
+        run_notebook("decode", {"model": "tiny-dense-llamacpp", "endpoint": tiny_dense_llama.url, "warmup": 0,
+                                "prompt_lengths": [32], "repetitions": 2, "output_tokens": 8}, tmp_path)
+    terminal = "".join(capfd.readouterr()) + caplog.text
+    assert caplog.text.count("Input Notebook") == 1
+    assert "running over TCP without encryption" not in terminal and "[IPKernelApp]" not in terminal
+    assert "IPython.core.display.Markdown object" not in terminal
+    assert "Decode speed" in terminal or "tok/s" in terminal  # the findings, as markdown text
+
+
+def test_humaneval_completions_are_not_told_of_max_tokens_a_chat_template_or_questions_and_all_failed_says_chat():
+    from sparknb.studies import humaneval as h
+    from sparknb.studies.batch.ask import Batch
+    from sparknb.studies.batch.findings import batch_findings
+    from sparknb.studies.humaneval.findings import _none_passed
+
+    finished = {"problem": "HumanEval/0", "how": "completion", "finish_reason": "length", "flag": h.HIT_MAX_TOKENS,
+                "reason": h.CUT, "passed": False,
+                "text": "    return True\n\nThis function checks the list, and then the model talks on"}
+    said = h.traps([finished]).headline()
+    assert "more tokens would not help" in said and "raise max_tokens if the model allows" not in said
+    assert "raise max_tokens if the model allows" in h.traps([finished | {"how": "fenced block"}]).headline()
+    batch = Batch(1, 0, 0, 1, 1.0, 5, 5, 0.1, 1.0, None, None, None, None, None, 40, "HumanEval/0")
+    said = " ".join(f.text for f in batch_findings(batch, unit="problem", template=False))
+    assert "(problem HumanEval/0)" in said and "chat template" not in said and "question" not in said
+    work = type("Work", (), {"plan": type("Plan", (), {"style": "completion"})()})()
+    assert "try style: chat" in _none_passed(pd.DataFrame({"passed": [False, False]}), work)[0].text
+    assert not _none_passed(pd.DataFrame({"passed": [False, True]}), work)

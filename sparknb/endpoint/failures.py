@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
 def unreachable(shown: str, e: Exception) -> EndpointError:
     return EndpointError(f"Cannot reach the endpoint at {shown} ({type(e).__name__}: {e}). Is the server running? "
-                         "Start a tiny one with `sparknb serve tiny-dense`, or fix `endpoint` in the model's params file.")
+                         "Start a tiny one with `sparknb serve tiny-dense`, or fix `endpoint` in the model's params "
+                         "file.")
 
 
 def lost(shown: str, e: Exception, sink: Sink) -> EndpointError:

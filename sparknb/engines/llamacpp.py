@@ -77,6 +77,12 @@ class LlamaCpp(Engine):
                   "--spec-type draft-simple (its default is none): add it. With --spec-type ngram-simple a step "
                   "drafts only where the text repeats a run of 12 tokens")
 
+    def settings(self, argv: list[str]) -> dict[str, str | bool]:
+        """Its speed flags, and whether it reuses a slot's earlier prompt: on unless --no-cache-prompt, and with it
+        on, identical greedy requests to SmolLM2 came back different."""
+        cached = "off (--no-cache-prompt)" if "--no-cache-prompt" in argv else "on (llama-server's default)"
+        return super().settings(argv) | {"prompt cache": cached}
+
     def recognises(self, answer: Any) -> bool:
         return isinstance(answer, dict) and ("build_info" in answer or "default_generation_settings" in answer)
 

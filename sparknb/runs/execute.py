@@ -31,6 +31,9 @@ from .run import (CLAIM, FAILURE, RESERVE, RESERVE_BYTES, Run, cannot_write, new
 from .study import ENV_PREFIX
 
 log = logging.getLogger(__name__)
+# The kernel's own log is plumbing, not the run's: it printed a TCP warning on every run and "KeyboardInterrupt
+# caught in kernel" after a Ctrl-C. A cell's errors still come through papermill, and end the run with them.
+QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]
 
 
 class Interrupted(KeyboardInterrupt):
@@ -185,7 +188,8 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
     try:
         with interrupt.handled() as stop:  # Ctrl-C interrupts the kernel's cell, never tears the kernel down
             papermill.execute_notebook(str(source), str(executed), parameters=injected, log_output=True,
-                                       progress_bar=False, kernel_manager_class=stop.kernel_class)
+                                       progress_bar=False, kernel_manager_class=stop.kernel_class,
+                                       extra_arguments=QUIET_KERNEL)
     except (papermill.PapermillExecutionError, KeyboardInterrupt, DeadKernelError, OSError) as e:
         interrupted = isinstance(e, KeyboardInterrupt) or getattr(e, "ename", "") == "KeyboardInterrupt"
         why = interrupt.REASON if interrupted else reason(e, stop.process, folder)
