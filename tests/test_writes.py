@@ -78,6 +78,20 @@ def test_a_run_is_refused_before_any_kernel_where_the_disk_has_no_room_to_seal_i
     assert not list((small_disk / "decode").iterdir())
 
 
+def test_a_read_only_outputs_folder_is_refused_before_any_kernel_naming_the_fix(tmp_path):
+    frozen = tmp_path / "frozen"
+    frozen.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(frozen)], capture_output=True,
+                             text=True)
+    if mounted.returncode:
+        pytest.skip(f"a read-only tmpfs cannot be mounted here (root only): {mounted.stderr.strip()}")
+    try:
+        with pytest.raises(ExecuteError, match=f"Could not write to {frozen}/decode: .*Make the folder writable"):
+            run_notebook("decode", {"model": MODEL}, frozen)
+    finally:
+        subprocess.run(["umount", "-l", str(frozen)], check=False)
+
+
 def finish(tmp_path: Path, server, first: Path, outputs: Path) -> list[dict]:
     """resume_from the folder: the new run's records, checked whole and verified."""
     again = run_notebook("decode", {**DECODE, "endpoint": server.url, "resume_from": first.name}, outputs)

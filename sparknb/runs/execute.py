@@ -178,7 +178,6 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
     label = str(parameters.get("model") or "-".join(map(str, parameters.get("models") or [])))
     run_id = new_run_id(Path(label).stem if label.endswith((".yaml", ".yml")) else label)
     folder = Path(outputs or outputs_dir()) / notebook / run_id
-    folder.mkdir(parents=True)
     hold_room(folder)
     executed = folder / "notebook.ipynb"
     secrets: dict[str, str] = {}
@@ -215,13 +214,14 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
 def hold_room(folder: Path) -> None:
     """Hold RESERVE_BYTES in the run's folder while it runs, let go by the first write that finds the disk full
     (run.unwritable) and before sealing: a full disk once left a run that could not even mark itself failed, nor
-    be sealed. Refused before any kernel starts where there is not even that much room."""
+    be sealed. Refused before any kernel starts where the folder cannot be made or there is not that much room."""
     try:
+        folder.mkdir(parents=True)
         with open(folder / RESERVE, "xb") as f:
             f.write(bytes(RESERVE_BYTES))  # written, not a sparse hole: the room must be taken for real
             os.fsync(f.fileno())
     except OSError as e:
-        shutil.rmtree(folder)
+        shutil.rmtree(folder, ignore_errors=True)
         raise ExecuteError(f"{cannot_write(folder.parent, e)} Nothing was run: a run holds "
                            f"{RESERVE_BYTES >> 20} MiB free until it is sealed.") from None
 
@@ -264,8 +264,8 @@ def close(folder: Path, executed: Path, failure: str | None = None) -> None:
     except (OSError, RunError) as e:
         if run.sealed:
             raise
-        raise ExecuteError(f"{folder} could not be sealed: {e}\nOnce there is room: sparknb seal {folder}",
-                           folder) from None
+        raise ExecuteError(f"{folder} could not be sealed: {e}\nOnce it can be written (room on its disk, the folder "
+                           f"writable): sparknb seal {folder}", folder) from None
 
 
 def _report(folder: Path, executed: Path, failure: str | None) -> None:

@@ -122,10 +122,9 @@ class Study:
         try:
             self.run.write_json(FAILURE, {"failed_halfway": True, "reason": reason, "records": len(records),
                                           "errors": sum("error" in r for r in records)})
-        except RunError as e:  # the disk is full even now: `sparknb run` seals it, or the message says how
+        except RunError as e:  # the disk is full even now: `sparknb run` seals it, or its message says how
             print(f"Could not mark it failed: {e}", flush=True)
-            self.lock.release()
-            return
+            self.seal = False
         self._close()
 
     def finish(self, summary: dict) -> None:
