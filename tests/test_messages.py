@@ -122,21 +122,6 @@ def test_the_fingerprint_records_the_prompt_cache_and_says_could_not_read_behind
     assert "not llama-server" in said["unknown"]
 
 
-@pytest.mark.server
-def test_the_terminal_shows_the_runs_findings_not_the_kernels_plumbing(tiny_dense_llama, tmp_path, capfd, caplog):
-    """The kernel writes to the terminal itself (its own stderr), so the terminal is read as the file descriptors."""
-    from sparknb.runs.execute import run_notebook
-
-    with caplog.at_level("INFO", logger="papermill"):
-        run_notebook("decode", {"model": "tiny-dense-llamacpp", "endpoint": tiny_dense_llama.url, "warmup": 0,
-                                "prompt_lengths": [32], "repetitions": 2, "output_tokens": 8}, tmp_path)
-    terminal = "".join(capfd.readouterr()) + caplog.text
-    assert caplog.text.count("Input Notebook") == 1
-    assert "running over TCP without encryption" not in terminal and "[IPKernelApp]" not in terminal
-    assert "IPython.core.display.Markdown object" not in terminal
-    assert "Decode speed" in terminal or "tok/s" in terminal  # the findings, as markdown text
-
-
 def test_humaneval_completions_are_not_told_of_max_tokens_a_chat_template_or_questions_and_all_failed_says_chat():
     from sparknb.studies import humaneval as h
     from sparknb.studies.batch.ask import Batch

@@ -143,8 +143,11 @@ def kernel_of(test: int) -> psutil.Process:
 
 
 @pytest.mark.server
-def test_a_killed_kernel_seals_the_run_failed_halfway_with_the_reason_and_resume_from_finishes_it(tiny_dense_llama,
-                                                                                                  tmp_path):
+def test_a_killed_kernel_seals_the_run_failed_halfway_with_the_reason_and_resume_from_finishes_it(
+        tiny_dense_llama, tmp_path, capfd, caplog):
+    """Its two runs' terminal is read too (at the file descriptors: the kernel writes to it itself): the runs'
+    progress and findings, not the kernel's plumbing (issue 38, item 6)."""
+    caplog.set_level(logging.INFO, logger="papermill")
     outputs = tmp_path / "outputs"
     watcher = when_records(outputs / "decode", 2, lambda: kernel_of(os.getpid()).send_signal(signal.SIGKILL))
     with pytest.raises(ExecuteError) as failed:
@@ -158,3 +161,7 @@ def test_a_killed_kernel_seals_the_run_failed_halfway_with_the_reason_and_resume
     kept = [r for r in read_records(first) if "error" not in r]
     records = finish(tmp_path, tiny_dense_llama, first, outputs)
     assert sum(r.get("resumed_from") == first.name for r in records) == len(kept) >= 2
+    terminal = "".join(capfd.readouterr()) + caplog.text
+    assert caplog.text.count("Input Notebook") == 2  # once a run
+    assert "running over TCP without encryption" not in terminal and "[IPKernelApp]" not in terminal
+    assert "IPython.core.display.Markdown object" not in terminal and "tg48 @ d32" in terminal  # findings as text
