@@ -125,7 +125,7 @@ def test_a_full_disk_mid_decode_seals_the_run_failed_halfway_and_resume_from_fin
     message = str(failed.value)
     assert "decode failed halfway:" in message and f"Could not write to {first}: No space left on device" in message
     assert "Free space on that disk" in message
-    assert f"-p resume_from {first.name}" in message
+    assert f"-p resume_from {first.name} --outputs {small_disk}" in message
     assert verify(first) == [] and not (first / RESERVE).exists()  # sealed by the run itself, from its reserve
     assert "No space left" in json.loads((first / FAILURE).read_text())["reason"]
     kept = read_records(first)

@@ -201,7 +201,7 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
         if interrupted:  # the caller (a campaign) must stop too, not go on to the next cell
             raise Interrupted(folder) from None
         raise ExecuteError(f"{notebook} failed halfway: {why}\nEvery record taken so far is kept, sealed, in "
-                           f"{folder}{resume_hint(source, parameters, run_id)}", folder) from None
+                           f"{folder}{resume_hint(source, parameters, run_id, outputs)}", folder) from None
     finally:
         for variable in secrets:
             os.environ.pop(variable, None)
@@ -240,13 +240,14 @@ def reason(error: BaseException, kernel: subprocess.Popen | None, folder: Path) 
     return f"{error.ename}: {error.evalue}"
 
 
-def resume_hint(source: Path, parameters: dict, run_id: str) -> str:
+def resume_hint(source: Path, parameters: dict, run_id: str, outputs: str | Path = "") -> str:
     """The command that finishes a run that failed halfway, for a study that can resume (resume_from)."""
     if "resume_from" not in declared_parameters(source):
         return ""
     given = [f"-p {name} {shlex.quote(value if isinstance(value, str) else json.dumps(value))}"
              for name, value in parameters.items() if name != "resume_from"]
-    command = " ".join(["sparknb run", source.stem, *given, "-p resume_from", run_id])
+    where = ["--outputs", shlex.quote(str(outputs))] if outputs else []
+    command = " ".join(["sparknb run", source.stem, *given, "-p resume_from", run_id, *where])
     return f"\nTo finish it once the cause is fixed (only what it did not finish is measured): {redact(command)}"
 
 
