@@ -91,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("name", choices=["tiny-dense", "tiny-moe", "smollm2", "smollm2-draft", "smollm2-ngram"])
     p_serve.add_argument("--engine", choices=TESTBED_ENGINES, default=TESTBED_ENGINES[0],
                          help="vLLM's CPU build (default), or llama.cpp's llama-server (built once if none is found)")
+    p_serve.add_argument("--port", type=int, default=None, help="default: the port its params file's endpoint names")
+    p_serve.add_argument("--slots", type=int, default=None, help="llama-server's requests at once (--parallel), "
+                         "each with the context one has by default")
+    p_serve.add_argument("--prompt-cache", choices=["on", "off"], default="on", help="llama-server's reuse of a "
+                         "slot's earlier prompt; off for repeatable greedy answers (it changed identical requests' "
+                         "answers)")
     p_model = sub.add_parser("model", help="describe a served model: params/models/NAME.yaml from its server")
     p_model.add_argument("action", choices=["add"])
     p_model.add_argument("name", help="the new params file's name (params/models/NAME.yaml)")
@@ -136,13 +142,18 @@ def main(argv: list[str] | None = None) -> int:
     p_status.add_argument("--cluster", default="auto", metavar="ADDRESS")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # its INFO line printed every URL whole, a password too
     try:
         if args.command == "serve":
             from .serving import testbed
 
             model = load_model(testbed.params_name(args.name, args.engine))
-            testbed.serve_forever(args.name, urlsplit(model.endpoint).port, api_key=model.api_key(),
-                                  engine=args.engine)
+            extra = testbed.serving_args(args.name, args.engine, args.slots, args.prompt_cache == "on")
+            port = args.port or urlsplit(model.endpoint).port
+            if port != urlsplit(model.endpoint).port:
+                print(f"params/models/{model.name}.yaml names port {urlsplit(model.endpoint).port}: give the studies "
+                      f"-p endpoint http://127.0.0.1:{port}/v1", flush=True)
+            testbed.serve_forever(args.name, port, api_key=model.api_key(), engine=args.engine, extra_args=extra)
         elif args.command == "model":
             from .model_add import add
 

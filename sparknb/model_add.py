@@ -14,6 +14,7 @@ import datetime
 import os
 import tempfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -22,6 +23,7 @@ from .errors import EndpointError, ParamsError
 from .machine import fingerprint
 from .roofline import census, checkpoint
 from .runs.params import load_hardware, load_model, project_root
+from .runs.redaction import redact
 
 
 def add(name: str, endpoint: str, *, checkpoint_path: str | None = None, served_name: str | None = None,
@@ -30,6 +32,10 @@ def add(name: str, endpoint: str, *, checkpoint_path: str | None = None, served_
     target = (folder or project_root() / "params" / "models") / f"{name}.yaml"
     if target.exists():
         raise ParamsError(f"{target} exists and is never overwritten: choose another NAME, or delete it first")
+    if urlsplit(endpoint).username or urlsplit(endpoint).password:
+        raise ParamsError(f"{redact(endpoint)} holds a user:password, which would be written into {target.name} "
+                          "and sent in place of an API key: give the URL without it, and the key through "
+                          "--api-key-env NAME (export NAME=<the key>)")
     key = os.environ.get(api_key_env) if api_key_env else None
     served = served_name or _only_model(endpoint, key)
     ep = Endpoint(endpoint, served, api_key=key)

@@ -157,3 +157,12 @@ def test_a_campaign_with_a_failed_cell_exits_non_zero_with_the_failures_last(tmp
     assert main(["campaign", "run", path, "--outputs", str(tmp_path / "outputs")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-2] == "1 cell(s) FAILED:" and err[-1].startswith("  decode/") and "exited with code 3" in err[-1]
+
+
+def test_a_campaign_with_an_unknown_model_study_and_parameter_names_all_three(tmp_path, capsys):
+    path = _file(tmp_path, "name: x\nmodels: [no-such-model]\nstudies: {nosuch: {}, decode: {prompt_lenghts: [64]}}\n")
+    assert main(["campaign", "run", path, "--outputs", str(tmp_path / "outputs")]) == 2
+    said = capsys.readouterr().err
+    assert "models: No model params" in said and "studies.nosuch: no such notebook" in said
+    assert "studies.decode.prompt_lenghts: not a parameter of decode.ipynb" in said
+    assert not (tmp_path / "outputs").exists()

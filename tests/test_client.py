@@ -221,3 +221,13 @@ def test_a_first_token_of_empty_text_is_timed(model):
     assert done.chunk_tokens == [1] and done.ttft_s <= done.total_s
     if model == "each":  # timed at the token's own event, 50 ms before the closing one
         assert done.total_s - done.ttft_s >= 0.04
+
+
+@pytest.mark.server
+def test_an_endpoint_without_v1_is_caught_before_any_request_saying_add_v1(tiny_dense_llama, dense_key):
+    """The real llama-server answers /v1/models under the bare host, and its requests only under /v1: without this
+    check the URL passed every check and each request failed halfway."""
+    bare = tiny_dense_llama.url.removesuffix("/v1")
+    with pytest.raises(EndpointError) as e:
+        Endpoint(bare, "tiny-dense", api_key=dense_key).info()
+    assert f"{bare} lacks /v1" in str(e.value) and f"Add /v1: give {bare}/v1 as endpoint" in str(e.value)

@@ -111,3 +111,16 @@ def test_a_gpu_no_hardware_file_names_is_an_error_naming_the_fix():
 
     with pytest.raises(ParamsError, match="pass --hardware NAME"):
         hardware_for("NVIDIA Tesla V100-SXM2-16GB")
+
+@pytest.mark.server
+def test_a_url_with_a_password_is_refused_before_any_request_naming_api_key_env(tiny_dense_llama, tmp_path, monkeypatch,
+                                                                                 capsys, caplog):
+    """A real server, so that a request sent would log its URL (httpx's INFO line) and be answered."""
+    monkeypatch.setenv("SPARKNB_HOME", str(tmp_path / "home"))
+    url = tiny_dense_llama.url.replace("http://", "http://me:canary-pw-38@")
+    with caplog.at_level("INFO"):
+        assert cli.main(["model", "add", "x", "--endpoint", url, "--api-key-env", KEY_ENV]) == 2
+    said = capsys.readouterr().err
+    assert "holds a user:password" in said and "--api-key-env NAME" in said
+    assert "canary-pw-38" not in said + caplog.text and "HTTP Request" not in caplog.text
+    assert not (tmp_path / "home" / "params" / "models" / "x.yaml").exists()

@@ -304,3 +304,19 @@ def test_a_study_pins_the_runs_it_read_so_one_sealed_again_later_fails_its_verif
     assert verify(other.path) == []  # whole by itself, signed by another key: only the run that read it knows
     (problem,) = verify(run.path)
     assert problem.startswith(f"input sealed again: {other.path} no longer has the manifest this run read")
+
+
+def test_another_studys_run_by_id_says_whose_it_is_and_sparknb_seal_is_offered_only_for_an_unsealed_run(tmp_path):
+    other = _sealed(tmp_path, notebook="prefill")
+    tampered = _sealed(tmp_path)
+    _unseal(tampered.path)
+    (tampered.path / "records.jsonl").write_text(json.dumps({"n": 2}) + "\n")
+    unsealed = Run.create("decode", {"notebook": "decode"}, outputs=tmp_path)
+    said = {}
+    for run in (other, tampered, unsealed):
+        with pytest.raises(DataError) as e:
+            read_past(run.id, "decode", outputs=tmp_path)
+        said[run.id] = str(e.value)
+    assert f"that run id is a 'prefill' run ({other.path}), not a decode run" in said[other.id]
+    assert "sparknb seal" not in said[tampered.id] and "nothing makes a changed run trusted again" in said[tampered.id]
+    assert f"seal it with `sparknb seal {unsealed.path}`" in said[unsealed.id]

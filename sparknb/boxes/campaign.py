@@ -18,11 +18,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+import yaml
+
 from ..endpoint.client import Endpoint
 from ..errors import ParamsError, RunError, SparknbError
 from ..runs import interrupt
 from ..runs.execute import Interrupted, parameter_problems, run_notebook
 from ..runs.params import CampaignParams, load_campaign, load_model
+from ..runs.params import _locate as params_file
 from ..runs.plan import BY_SPARKNB, BY_THE_CAMPAIGN, Plan
 from ..runs.redaction import redact
 from ..runs.report import duration
@@ -56,19 +59,40 @@ class Cell:
         return dict(self.parameters) | {"model": model_ref(self.model), "endpoint": endpoint}
 
 
-def plan(campaign: CampaignParams) -> list[Cell]:
-    """Every cell, per model in the file's order, cross-model studies last; every bad field named first."""
-    problems, across = [], set()
-    for notebook, given in campaign.studies.items():
+def load(file: str) -> CampaignParams:
+    """The campaign file, every problem in it named at once: an unknown model stops the params' own check, and
+    its studies' problems (an unknown study, a misspelt parameter) went unsaid behind it."""
+    try:
+        return load_campaign(file)
+    except ParamsError as e:
+        path, _ = params_file(file, "campaigns")
+        studies = (yaml.safe_load(path.read_text()) or {}).get("studies") if path.is_file() else None
+        more = study_problems(studies) if isinstance(studies, dict) else []
+        if not more:
+            raise
+        raise ParamsError("\n  ".join([str(e), *more])) from None
+
+
+def study_problems(studies: dict) -> list[str]:
+    """Every study that is not one, and every parameter its notebook would refuse."""
+    problems = []
+    for notebook, given in studies.items():
         study = registry.find(notebook)
         if study is None or not study.measures or not study.notebook_path().is_file():
             problems.append(f"studies.{notebook}: no such notebook; known: {', '.join(sorted(registry.known()))}")
             continue
-        across |= {notebook} if study.across_models else set()
         problems += [f"studies.{notebook}.{p.replace('set by sparknb itself', 'set by the campaign itself')}"
-                     for p in parameter_problems(study.notebook_path(), given, set_by_the_campaign(study.Plan))]
+                     for p in parameter_problems(study.notebook_path(), dict(given or {}),
+                                                 set_by_the_campaign(study.Plan))]
+    return problems
+
+
+def plan(campaign: CampaignParams) -> list[Cell]:
+    """Every cell, per model in the file's order, cross-model studies last; every bad field named first."""
+    problems = study_problems(campaign.studies)
     if problems:
         raise ParamsError(f"Campaign {campaign.name!r} is invalid:\n  " + "\n  ".join(problems))
+    across = {nb for nb in campaign.studies if registry.find(nb).across_models}
     cells = []
     for box in campaign.boxes or [None]:
         for rep in range(campaign.repetitions):
@@ -107,7 +131,7 @@ def run(file: str, *, resume: str = "", outputs: str | Path = "", log: Callable[
     `on` runs the cells elsewhere (a campaign with boxes needs one); `again` is how the command that
     resumes it is written (e.g. its --cluster option).
     """
-    campaign = load_campaign(file)
+    campaign = load(file)
     if bool(campaign.boxes) != (on is not None):
         raise ParamsError(f"Campaign {campaign.name!r} names boxes ({', '.join(campaign.boxes)}): run it with "
                           "--cluster HEAD:6379 (or auto)" if campaign.boxes else

@@ -79,8 +79,10 @@ class Endpoint:
     """An OpenAI-compatible server and one model on it: its side doors, and one timed stream at a time."""
 
     def __init__(self, url: str, model: str, api_key: str | None = None, timeout: float = 600.0,
-                 tokenizer: str | None = None, engine: str | None = None, key_env: str | None = None):
+                 tokenizer: str | None = None, engine: str | None = None, key_env: str | None = None,
+                 stall_s: float | None = None):
         self.route = wire.Route(url, api_key, key_env)
+        self.stall = stall_s or timeout  # the longest a stream may send nothing (wire.stalled)
         self.url = self.route.url
         self.shown = self.route.shown  # the URL in messages: a password in it never reaches an error text
         self.shown_root = self.shown.removesuffix("/v1")
@@ -131,6 +133,9 @@ class Endpoint:
         listed = _json(models)
         if models.status_code != 200 or not isinstance(listed, dict) or not isinstance(listed.get("data"), list):
             raise self._not_openai("GET", "/models", models)
+        if not self.route.prefix.endswith("/v1"):  # its side doors answer, and every request then failed halfway
+            raise EndpointError(f"{self.shown} lacks /v1: the server answers its OpenAI API under {self.shown}/v1 "
+                                f"(GET {self.shown}/v1/models answered). Add /v1: give {self.shown}/v1 as endpoint.")
         data = listed["data"]
         served = [m["id"] for m in data]
         mine = next((m for m in data if m["id"] == self.model), None)
@@ -262,4 +267,4 @@ class Endpoint:
         """One stream, read in this thread (wire.exchange): serialized first, timed from its writing."""
         request = self.route.post(path, self.model, fields)
         events = wire.Events(Completion(started_at=now()), engine=self.engine)
-        return wire.finish(self.route, wire.exchange(self.route, request, events, self.timeout), events)
+        return wire.finish(self.route, wire.exchange(self.route, request, events, self.timeout, self.stall), events)

@@ -41,20 +41,21 @@ class _Exchange(asyncio.BufferedProtocol):
         self.buffer = bytearray(wire.BUFFER)
         self.view = memoryview(self.buffer)
         self.transport: asyncio.Transport | None = None
+        self.heard = time.perf_counter()  # the last sign of life: the request written, or bytes read
 
     def connection_made(self, transport) -> None:
         self.transport = transport
 
     def send(self) -> None:
         if not self.finished.done():
-            self.reader.sink.sent = time.perf_counter()
+            self.reader.sink.sent = self.heard = time.perf_counter()
             self.transport.write(self.request)
 
     def get_buffer(self, sizehint: int) -> bytearray:
         return self.buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        now = time.perf_counter()
+        now = self.heard = time.perf_counter()
         try:
             self.reader.feed(bytes(self.view[:nbytes]), now)
         except ValueError as e:  # a malformed answer ends this request only
@@ -94,8 +95,10 @@ class AsyncEndpoint:
 
     def __init__(self, url: str, model: str, api_key: str | None = None, timeout: float = 600.0,
                  on_chunk: Callable[[], None] | None = None, engine: Engine = engines.VLLM,
-                 decode: Callable[[list[int]], str] | None = None, key_env: str | None = None):
+                 decode: Callable[[list[int]], str] | None = None, key_env: str | None = None,
+                 stall_s: float | None = None):
         self.route = wire.Route(url, api_key, key_env)
+        self.stall = stall_s or timeout  # the longest a stream may send nothing (wire.stalled)
         self.url, self.shown, self.model, self.timeout, self.on_chunk = (self.route.url, self.route.shown, model,
                                                                          timeout, on_chunk)
         self.engine, self.decode = engine, decode
@@ -142,7 +145,7 @@ class AsyncEndpoint:
         try:  # asyncio.timeout, not wait_for: in Python 3.11 wait_for swallows a cancellation that lands as
             # its future completes, and a watcher cancelled so would never end (nor the loop that awaits it)
             async with asyncio.timeout(self.timeout):
-                await exchange.finished
+                await self._heard(exchange, sink)
         except TimeoutError:
             raise wire.late(self.shown, self.timeout, sink) from None
         except ValueError as e:
@@ -153,6 +156,15 @@ class AsyncEndpoint:
             if exchange.transport is not None:
                 exchange.transport.close()
         return reader
+
+    async def _heard(self, exchange: _Exchange, sink: wire.Sink) -> None:
+        """The answer's end, or wire.stalled where nothing came for `stall` seconds."""
+        while not exchange.finished.done():
+            await asyncio.wait([exchange.finished], timeout=max(0.0, exchange.heard + self.stall - time.perf_counter()))
+            if not exchange.finished.done() and time.perf_counter() - exchange.heard >= self.stall:
+                exchange.finished.cancel()  # ended here: the connection closing later has nobody to tell
+                raise wire.stalled(self.shown, self.stall, sink)
+        exchange.finished.result()
 
     async def _stream(self, path: str, fields: dict) -> Completion:
         request = self.route.post(path, self.model, fields)  # serialized before the clock starts

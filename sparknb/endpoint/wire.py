@@ -38,6 +38,7 @@ from urllib.parse import unquote, urlsplit
 from ..errors import EndpointError
 from ..runs.redaction import redact
 from .completion import Completion
+from .failures import garbled, late, lost, stalled, unreachable  # as wire.late etc. for both clients
 
 if TYPE_CHECKING:
     from ..engines import Engine
@@ -249,27 +250,6 @@ class Reader:
             self.body += piece
 
 
-# -- what went wrong, in the same words for both clients -------------------------------------------------------
-
-def unreachable(shown: str, e: Exception) -> EndpointError:
-    return EndpointError(f"Cannot reach the endpoint at {shown} ({type(e).__name__}: {e}). Is the server running? "
-                         "Start a tiny one with `sparknb serve tiny-dense`, or fix `endpoint` in the model's params file.")
-
-
-def lost(shown: str, e: Exception, sink: Sink) -> EndpointError:
-    return EndpointError(f"Lost the connection to {shown} ({type(e).__name__}: {e}); the answer so far had "
-                         f"{sink.chunks} chunks.")
-
-
-def late(shown: str, timeout: float, sink: Sink) -> EndpointError:
-    return EndpointError(f"{shown} gave no complete answer within {timeout:g} s; the answer so far had "
-                         f"{sink.chunks} chunks.")
-
-
-def garbled(shown: str, e: Exception) -> EndpointError:
-    return EndpointError(f"{shown} answered something that is not HTTP with JSON events ({e}).")
-
-
 def basic(parts) -> str:
     """A URL's user and password as Basic auth, as httpx would send them."""
     pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
@@ -356,12 +336,12 @@ def undisturbed() -> Iterator[str]:
                 os.sched_setscheduler(0, policy, param)
 
 
-def exchange(route: Route, request: bytes, sink: Sink, timeout: float) -> Reader:
+def exchange(route: Route, request: bytes, sink: Sink, timeout: float, stall: float | None = None) -> Reader:
     """One request on a connection of its own, read in the calling thread until its answer ends.
 
     The connection (and a TLS handshake) is made before the clock; the clock (`sink.sent`) starts as the
     request is written; each read lands in one buffer and is stamped as it returns. No read waits more
-    than `timeout`, nor does the whole answer run past it by more than one read.
+    than `stall` (default: `timeout`), nor does the whole answer run past `timeout` by more than one read.
     """
     reader = Reader(sink)
     try:
@@ -378,8 +358,12 @@ def exchange(route: Route, request: bytes, sink: Sink, timeout: float) -> Reader
             sink.sent = time.perf_counter()
             deadline = sink.sent + timeout
             sock.sendall(request)
+            sock.settimeout(stall or timeout)
             while reader.ended is None:
-                n = sock.recv_into(buffer)
+                try:
+                    n = sock.recv_into(buffer)
+                except TimeoutError:
+                    raise stalled(route.shown, stall or timeout, sink) from None
                 now = time.perf_counter()
                 if not n:
                     reader.eof(now)

@@ -29,6 +29,7 @@ class Engine:
     log: ModuleType | None = None  # the reader of its start-up log (serving.startup_log or serving.llama_log)
     untimed: tuple[str, ...] = ()  # the server-time columns of the tables it never fills (not a missing counter)
     idle_draft = ""  # why a server set to speculate may draft nothing at all, and the fix
+    context_option = "its context-length option"  # what gives it a longer context (vLLM's name misled others)
     # Its command line's options that move its speed (threads, batch, slots, speculation): option -> name
     speed_flags: Mapping[str, str] = {}
 

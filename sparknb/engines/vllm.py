@@ -53,6 +53,7 @@ class Vllm(Engine):
     model_label = "model_name"
     timings_field = "metrics"
     api_key_variable = "VLLM_API_KEY"
+    context_option = "--max-model-len"
     process_name = "vllm"  # its engine retitles itself VLLM::EngineCore
     log = startup_log
 

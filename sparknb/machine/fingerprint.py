@@ -182,6 +182,9 @@ def _settings(server: dict) -> dict | None:
     argv = listener_command(parts.port) if parts.hostname in LOCAL_HOSTS and parts.port else None
     if argv is None:
         return {"unknown": "the server's command line could not be read (not on this machine, or another user's)"}
+    if engine.process_name and engine.process_name not in " ".join(argv[:3]).lower():  # {} said "none set"
+        return {"unknown": f"could not read: port {parts.port} is held by {Path(argv[0]).name}, not {engine.name} "
+                           "(a proxy in front of it?), so its settings are not on this machine's command lines"}
     return engine.settings(argv)
 
 

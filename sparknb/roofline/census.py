@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..errors import ParamsError
 from ..serving import hub_cache
 from .checkpoint import Checkpoint, Shape, Tensor, read
 
@@ -205,10 +206,16 @@ def for_model(model, root: str | None = None, server_cache: tuple[str, str] | No
     dtype, source = ((model.kv_cache_dtype, "the model's params (kv_cache_dtype)") if model.kv_cache_dtype
                      else server_cache or (None, ""))
     found = readable((model.checkpoint, root, from_hub(root)), project_root())
+    unread = ""
     if found is not None:
-        return count(read(found), dtype, source), f"read from {found}"
+        try:
+            return count(read(found), dtype, source), f"read from {found}"
+        except ParamsError as e:  # one this user may not read: said, and the params' own census used, if any
+            unread = f"{e}; "
     if model.census:
-        return Census.from_dict(model.census), "as `sparknb model add` wrote it into the model's params"
+        return Census.from_dict(model.census), f"{unread}as `sparknb model add` wrote it into the model's params"
+    if unread:
+        return None, f"no census: {unread.removesuffix('; ')}"
     return None, (f"no census: neither the params' checkpoint nor the server's path ({root or 'not given'}) can be "
                   "read here, and the params hold none (`sparknb model add` writes one)")
 
@@ -233,6 +240,9 @@ def readable(paths: Iterable[str | None], base: Path | None = None) -> Path | No
     """The first of `paths` this box can read (a relative one also under `base`), or None."""
     for path in filter(None, paths):
         for p in (Path(path).expanduser(), *([base / path] if base else [])):
-            if p.exists():
+            try:
+                if p.exists():
+                    return p
+            except PermissionError:  # a folder on the way this user may not enter: checkpoint.read says so
                 return p
     return None

@@ -55,8 +55,17 @@ class Checkpoint:
 
 
 def read(path: str | Path) -> Checkpoint:
-    """The checkpoint at `path`: a .gguf file, a .safetensors file, or a folder holding either with config.json."""
-    p = Path(path).expanduser()
+    """The checkpoint at `path`: a .gguf file, a .safetensors file, or a folder holding either with config.json.
+    One this user may not read is a ParamsError naming the file and the fix, not a PermissionError's traceback."""
+    try:
+        return _read(Path(path).expanduser())
+    except PermissionError as e:
+        raise ParamsError(f"cannot read the checkpoint at {path}: {e.strerror} ({e.filename}). Let this user read "
+                          "it, or pass a copy it can read (--checkpoint PATH, or checkpoint: in the model's params), "
+                          "or write what one token reads by hand (weights: in the model's params)") from None
+
+
+def _read(p: Path) -> Checkpoint:
     if not p.exists():
         raise ParamsError(f"no checkpoint at {p}: pass the GGUF file, or the folder holding config.json and its "
                           "*.safetensors (--checkpoint PATH)")

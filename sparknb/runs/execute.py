@@ -9,19 +9,31 @@ fails halfway or is interrupted.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shlex
 import shutil
+import signal
+import subprocess
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from ..errors import ExecuteError, SparknbError
+from nbclient.exceptions import DeadKernelError
+
+from ..errors import ExecuteError, RunError, SparknbError
 from ..studies import registry
 from . import interrupt, manifest
 from .plan import BY_SPARKNB, Plan
 from .redaction import redact
-from .run import CLAIM, FAILURE, Run, new_run_id, outputs_dir, read_records
+from .run import (CLAIM, FAILURE, RESERVE, RESERVE_BYTES, Run, cannot_write, new_run_id, outputs_dir, read_records,
+                  unwritable)
 from .study import ENV_PREFIX
+
+log = logging.getLogger(__name__)
+# The kernel's own log is plumbing, not the run's: it printed a TCP warning on every run and "KeyboardInterrupt
+# caught in kernel" after a Ctrl-C. A cell's errors still come through papermill, and end the run with them.
+QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]
 
 
 class Interrupted(KeyboardInterrupt):
@@ -74,13 +86,25 @@ def hide_secrets(parameters: dict, environ: dict) -> dict:
     return safe
 
 
+def declared_parameters(source: Path) -> dict:
+    """The notebook's parameters as papermill reads them, without its "Input Notebook" line: the run's own
+    execution says it, and each run printed it twice."""
+    import papermill
+
+    log = logging.getLogger("papermill")
+    level = log.level
+    log.setLevel(logging.WARNING)
+    try:
+        return papermill.inspect_notebook(str(source))
+    finally:
+        log.setLevel(level)
+
+
 def parameter_problems(source: Path, given: dict, set_here: tuple[str, ...] = Plan.marked(BY_SPARKNB)) -> list[str]:
     """Every given parameter the notebook does not declare, or of the wrong type, each named with the fix: a
     misspelt name would otherwise run the defaults (papermill only warns). `set_here`: what run_notebook (or the
     campaign) gives the notebook itself."""
-    import papermill
-
-    declared = papermill.inspect_notebook(str(source))
+    declared = declared_parameters(source)
     known = ", ".join(n for n in declared if n not in set_here)
     study = registry.of_notebook(source)
     problems = []
@@ -154,7 +178,7 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
     label = str(parameters.get("model") or "-".join(map(str, parameters.get("models") or [])))
     run_id = new_run_id(Path(label).stem if label.endswith((".yaml", ".yml")) else label)
     folder = Path(outputs or outputs_dir()) / notebook / run_id
-    folder.mkdir(parents=True)
+    hold_room(folder)
     executed = folder / "notebook.ipynb"
     secrets: dict[str, str] = {}
     injected = hide_secrets(parameters, secrets) | {"run_id": run_id, "outputs": str(Path(outputs or outputs_dir())),
@@ -163,10 +187,11 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
     try:
         with interrupt.handled() as stop:  # Ctrl-C interrupts the kernel's cell, never tears the kernel down
             papermill.execute_notebook(str(source), str(executed), parameters=injected, log_output=True,
-                                       progress_bar=False, kernel_manager_class=stop.kernel_class)
-    except (papermill.PapermillExecutionError, KeyboardInterrupt) as e:
-        interrupted = not isinstance(e, papermill.PapermillExecutionError) or e.ename == "KeyboardInterrupt"
-        why = interrupt.REASON if interrupted else f"{e.ename}: {e.evalue}"
+                                       progress_bar=False, kernel_manager_class=stop.kernel_class,
+                                       extra_arguments=QUIET_KERNEL)
+    except (papermill.PapermillExecutionError, KeyboardInterrupt, DeadKernelError, OSError) as e:
+        interrupted = isinstance(e, KeyboardInterrupt) or getattr(e, "ename", "") == "KeyboardInterrupt"
+        why = interrupt.REASON if interrupted else reason(e, stop.process, folder)
         if not (folder / CLAIM).exists():  # it failed its checks: nothing was measured, nothing to keep
             shutil.rmtree(folder)
             if interrupted:
@@ -175,8 +200,8 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
         close(folder, executed, failure=why)
         if interrupted:  # the caller (a campaign) must stop too, not go on to the next cell
             raise Interrupted(folder) from None
-        raise ExecuteError(f"{notebook} failed halfway: {why}\nEvery record taken so far is kept, "
-                           f"sealed, in {folder}", folder) from None
+        raise ExecuteError(f"{notebook} failed halfway: {why}\nEvery record taken so far is kept, sealed, in "
+                           f"{folder}{resume_hint(source, parameters, run_id, outputs)}", folder) from None
     finally:
         for variable in secrets:
             os.environ.pop(variable, None)
@@ -186,20 +211,76 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
     return folder
 
 
+def hold_room(folder: Path) -> None:
+    """Hold RESERVE_BYTES in the run's folder while it runs, let go by the first write that finds the disk full
+    (run.unwritable) and before sealing: a full disk once left a run that could not even mark itself failed, nor
+    be sealed. Refused before any kernel starts where the folder cannot be made or there is not that much room."""
+    try:
+        folder.mkdir(parents=True)
+        with open(folder / RESERVE, "xb") as f:
+            f.write(bytes(RESERVE_BYTES))  # written, not a sparse hole: the room must be taken for real
+            os.fsync(f.fileno())
+    except OSError as e:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ExecuteError(f"{cannot_write(folder.parent, e)} Nothing was run: a run holds "
+                           f"{RESERVE_BYTES >> 20} MiB free until it is sealed.") from None
+
+
+def reason(error: BaseException, kernel: subprocess.Popen | None, folder: Path) -> str:
+    """Why a run stopped, in words: the study's own exception, a write that failed, or a kernel that died
+    (papermill's bare DeadKernelError said nothing of the OOM killer or a signal)."""
+    if isinstance(error, DeadKernelError):
+        code = getattr(kernel, "returncode", None)
+        how = (f"killed by signal {signal.Signals(-code).name}" if code is not None and code < 0 else
+               f"exit status {code}" if code is not None else "how it ended could not be read")
+        return (f"the notebook's kernel died ({how}): the OOM killer, a kill or a crash ended the process that ran "
+                "the study")
+    if isinstance(error, OSError):  # papermill's own save of the notebook
+        return f"{type(error).__name__}: {unwritable(folder, error)}"
+    return f"{error.ename}: {error.evalue}"
+
+
+def resume_hint(source: Path, parameters: dict, run_id: str, outputs: str | Path = "") -> str:
+    """The command that finishes a run that failed halfway, for a study that can resume (resume_from)."""
+    if "resume_from" not in declared_parameters(source):
+        return ""
+    given = [f"-p {name} {shlex.quote(value if isinstance(value, str) else json.dumps(value))}"
+             for name, value in parameters.items() if name != "resume_from"]
+    where = ["--outputs", shlex.quote(str(outputs))] if outputs else []
+    command = " ".join(["sparknb run", source.stem, *given, "-p resume_from", run_id, *where])
+    return f"\nTo finish it once the cause is fixed (only what it did not finish is measured): {redact(command)}"
+
+
 def close(folder: Path, executed: Path, failure: str | None = None) -> None:
-    """Report and seal; a run that stopped before its summary is marked as failed halfway, if the study did not."""
+    """Report and seal; a run that stopped before its summary is marked as failed halfway, if the study did not.
+    The room held for it (hold_room) is let go first; where the seal still cannot be written, the message says
+    how to seal it once there is room."""
+    (folder / RESERVE).unlink(missing_ok=True)
+    run = Run(folder)
+    try:
+        if failure is not None and not (folder / FAILURE).exists():
+            run.write_json(FAILURE, {"failed_halfway": True, "reason": failure})
+        _report(folder, executed, failure)
+        run.seal()
+    except (OSError, RunError) as e:
+        if run.sealed:
+            raise
+        raise ExecuteError(f"{folder} could not be sealed: {e}\nOnce it can be written (room on its disk, the folder "
+                           f"writable): sparknb seal {folder}", folder) from None
+
+
+def _report(folder: Path, executed: Path, failure: str | None) -> None:
+    """The HTML report; a notebook left unreadable by a failed write gets none, and the run is sealed without it."""
     from .report import write_html
 
-    run = Run(folder)
-    if failure is not None and not (folder / FAILURE).exists():
-        run.write_json(FAILURE, {"failed_halfway": True, "reason": failure})
-    if executed.exists():
-        reason = None
-        if failure is not None:
-            recorded = json.loads((folder / FAILURE).read_text())
-            reason = str(recorded.get("reason") or failure)
-        write_html(executed, folder / "report.html", reason, read_records(folder) if reason else None)
-    run.seal()
+    if not executed.exists():
+        return
+    recorded = json.loads((folder / FAILURE).read_text()) if failure is not None else {}
+    why = str(recorded.get("reason") or failure) if failure is not None else None
+    try:
+        write_html(executed, folder / "report.html", why, read_records(folder) if why else None)
+    except (OSError, ValueError) as e:
+        log.warning("no report.html: %s could not be read (%s: %s)", executed, type(e).__name__, e)
 
 
 def seal_interrupted(folder: str | Path) -> Path:

@@ -39,7 +39,7 @@ class Stop:
     def __init__(self) -> None:
         from jupyter_client import AsyncKernelManager
 
-        self.kernel = None
+        self.kernel = self.process = None  # the kernel's manager, and its process (how it ended, if it died)
         self.marker = Path(tempfile.mkdtemp(prefix="sparknb-run-")) / "measured"
         self.asked = self.after_measuring = False
         stop = self
@@ -48,6 +48,10 @@ class Stop:
             def __init__(self, **kwargs) -> None:
                 super().__init__(**kwargs)
                 stop.kernel = self
+
+            async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
+                await super()._async_launch_kernel(kernel_cmd, **kw)
+                stop.process = self.provisioner.process  # kept: the provisioner forgets it once the kernel is gone
 
         self.kernel_class = Watched
 

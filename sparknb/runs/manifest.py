@@ -97,8 +97,14 @@ def _signed(body: dict) -> tuple[str, str]:
 
 
 def _create(path: Path, text: str) -> None:
+    """A new file, whole or not at all: half a manifest left by a full disk would pass for a seal."""
     with open(path, "x") as f:
-        f.write(text)
+        try:
+            f.write(text)
+            f.flush()
+        except OSError:
+            path.unlink()
+            raise
 
 
 def _records(hashes: dict, folder: Path) -> str | None:

@@ -142,6 +142,8 @@ class ModelParams(Strict):
     endpoint: str = Field(pattern=r"^https?://", description="base URL of the OpenAI API, ending in /v1")
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                                     description="the environment variable that holds the key, never the key")
+    stall_timeout_s: float = Field(600.0, gt=0, description="the longest a request may go without a byte from the "
+                                   "server (a long prompt's prefill comes before its first token) before it fails")
     hardware: str
     architecture: Literal["dense", "moe"]
     speculative: str | None = Field(None, description="speculative decoding method, e.g. mtp, ngram, draft")

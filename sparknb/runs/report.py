@@ -16,6 +16,23 @@ import pandas as pd
 # A report shows a table's cells whole: a fingerprint row or a guard note cut at 50 characters hides the point.
 pd.set_option("display.max_colwidth", None)
 
+
+def _plain_markdown() -> None:
+    """In a kernel, a Markdown display's plain text is its markdown: `sparknb run` prints each output's plain text,
+    and the findings came out as `<IPython.core.display.Markdown object>`. A notebook's front end and the HTML
+    report show the markdown itself, as before."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["text/plain"].for_type(Markdown, lambda md, p, cycle: p.text(md.data))
+
+
+_plain_markdown()
+
 Level = Literal["info", "warning", "marked", "suspect", "failed"]
 
 
@@ -173,5 +190,10 @@ def write_html(notebook: Path, target: Path, failure: str | None = None, records
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(note))
     body, _ = exporter.from_notebook_node(nb)
     with open(target, "x", encoding="utf-8") as f:
-        f.write(body)
+        try:
+            f.write(body)
+            f.flush()
+        except OSError:  # a full disk: no half report
+            target.unlink()
+            raise
     return target

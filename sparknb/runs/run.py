@@ -1,15 +1,19 @@
 """Sealed runs: outputs/<notebook>/<run-id>/, written once, hashed, read-only, checkable.
 
 A number is only defensible if the files behind it cannot have changed since it was taken. Each
-record is flushed to disk as it completes, so a run that fails halfway keeps what it measured.
+record is flushed to disk as it completes, so a run that fails halfway keeps what it measured, and each is
+written whole or not at all: a full disk once left records.jsonl ending in half a line, on which sealing
+crashed (JSONDecodeError), so that run could never be sealed.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import secrets as _secrets
@@ -29,8 +33,11 @@ from .params import project_root
 from .redaction import redact
 from .strict_json import dumps, read_object
 
+log = logging.getLogger(__name__)
 CLAIM = "params.json"  # created first and exclusively: whoever writes it owns the run id
 FAILURE = "failure.json"  # written by a run that stopped halfway, before it is sealed
+RESERVE = ".space-reserve"  # room held by `sparknb run` so that a run stopped by a full disk can still be sealed
+RESERVE_BYTES = 16 << 20  # the report, the notebook's last save, failure.json and the manifest of a failed run
 
 
 def new_run_id(label: str = "") -> str:
@@ -78,10 +85,15 @@ class Run:
         return self.write_text(name, _dump(redact(obj, self._secrets)) + "\n")
 
     def write_text(self, name: str, text: str) -> Path:
-        """Write a new file; an existing one is never replaced."""
+        """Write a new file, whole or not at all; an existing one is never replaced."""
         target = self._target(name)
         with open(target, "x") as f:  # 'x' fails if the file exists
-            f.write(redact(text, self._secrets))
+            try:
+                f.write(redact(text, self._secrets))
+                f.flush()
+            except OSError as e:
+                target.unlink()  # made here, by 'x': nobody else's
+                raise unwritable(self.path, e) from None
         return target
 
     def record(self, obj: dict) -> None:
@@ -89,17 +101,28 @@ class Run:
         self.append("records.jsonl", obj)
 
     def append(self, name: str, obj: dict) -> None:
-        """Append one JSON line to a file of lines and push it to disk now."""
-        with open(self._target(name), "a") as f:
-            f.write(dumps(redact(obj, self._secrets), sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Append one JSON line to a file of lines in one write, and push it to disk now; a write cut short is
+        taken back, so the file never ends in half a line."""
+        line = (dumps(redact(obj, self._secrets), sort_keys=True) + "\n").encode()
+        fd = os.open(self._target(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            end = os.fstat(fd).st_size
+            try:
+                if os.write(fd, line) != len(line):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                os.fsync(fd)
+            except OSError as e:
+                os.ftruncate(fd, end)
+                raise unwritable(self.path, e) from None
+        finally:
+            os.close(fd)
 
     def seal(self, after_the_fact: dict | None = None) -> Path:
         """Hash every file into the signed manifest, then make all of it read-only. `after_the_fact`
         (manifest.after_the_fact()): who seals a run that did not seal itself, when and why; said in the
         folder, and by verify."""
         self._target(MANIFEST)
+        (self.path / RESERVE).unlink(missing_ok=True)  # room held by `sparknb run`, never part of a run
         sealed = manifest.write(self.path, self.id, after_the_fact)
         _read_only(self.path)
         return sealed
@@ -107,6 +130,21 @@ class Run:
     @property
     def sealed(self) -> bool:
         return (self.path / MANIFEST).exists()
+
+
+def cannot_write(folder: Path, error: OSError) -> str:
+    """A write that failed, as the user can act on it: which folder, why, and what to do."""
+    full = error.errno in (errno.ENOSPC, errno.EDQUOT)
+    fix = ("Free space on that disk (df -h shows it), or give another outputs folder" if full else
+           "Make the folder writable, or give another outputs folder")
+    return f"Could not write to {folder}: {error.strerror or error}. {fix}."
+
+
+def unwritable(folder: Path, error: OSError) -> RunError:
+    """A failed write in a run: the room held for sealing (RESERVE) is let go, so that the run can still mark
+    itself failed and be sealed."""
+    (folder / RESERVE).unlink(missing_ok=True)
+    return RunError(f"{cannot_write(folder, error)} Every record taken before is kept whole.")
 
 
 READ_ONLY_FILE = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
@@ -174,8 +212,18 @@ def arrive(payload: bytes, parent: str | Path) -> Path:
 
 
 def read_records(path: str | Path) -> list[dict]:
+    """A run's records; a line that is not whole JSON (written before writes were whole, or cut by a kernel killed
+    mid-write) is said and left out, never a JSONDecodeError that stops the run from being sealed or read."""
     file = Path(path) / "records.jsonl"
-    return [json.loads(line) for line in file.read_text().splitlines() if line.strip()] if file.exists() else []
+    lines = file.read_text().splitlines() if file.exists() else []
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records += [json.loads(line)] if line.strip() else []
+        except ValueError:
+            log.warning("%s line %d is not a whole record (%d characters, cut short when it was written); it is "
+                        "left out", file, number, len(line))
+    return records
 
 
 def measured(records: Sequence[dict]) -> list[dict]:
@@ -259,6 +307,10 @@ def _read_one(value: str, notebook: str | None, what: str, outputs: str | Path) 
         return f"{what} {value!r}: give the folder of an earlier {kind} or its run id"
     path = _locate(value, notebook, outputs)
     if path is None:
+        other = sorted(Path(outputs or outputs_dir()).glob(f"*/{value}")) if notebook and "/" not in value else []
+        if other:  # said as "no such run" before, as if it did not exist
+            return (f"{what} {value!r}: that run id is a {other[0].parent.name!r} run ({other[0]}), not a {notebook} "
+                    f"run; only {notebook} runs measured the same thing.")
         return (f"{what} {value!r}: no such run folder, nor a run id under {where}. Give the folder of an earlier "
                 f"{kind} (as `sparknb run` printed it) or its run id.")
     params = read_object(path / "params.json")

@@ -18,7 +18,7 @@ import pandas as pd
 from ..endpoint import metrics, stream
 from ..endpoint.client import Endpoint, ServerInfo
 from ..endpoint.completion import Completion
-from ..errors import ParamsError
+from ..errors import ParamsError, RunError
 from ..machine import energy, fingerprint, guard, probe, telemetry
 from ..roofline import bandwidth, census
 from ..verdicts.stats import drift
@@ -26,7 +26,8 @@ from . import interrupt, manifest, signing
 from .params import HardwareParams, ModelParams, load_hardware, load_model, project_root
 from .redaction import redact
 from .report import Finding, info, warning
-from .run import FAILURE, Run, read_records
+from .run import CLAIM, FAILURE, Run, read_records
+from .strict_json import read_object
 
 ENV_PREFIX = "env:"  # an endpoint given as env:NAME is read from that variable, so no password is a parameter
 
@@ -69,7 +70,7 @@ class Study:
         ep = self.endpoint
         decode = None if ep.engine.token_prompts or not ep.tokenizer else ep.local_tokenizer().decode
         return stream.AsyncEndpoint(ep.url, ep.model, self.model.api_key(), on_chunk=on_chunk, engine=ep.engine,
-                                    decode=decode, key_env=self.model.api_key_env)
+                                    decode=decode, key_env=self.model.api_key_env, stall_s=self.model.stall_timeout_s)
 
     def request(self, tag: dict, call: Callable[[Endpoint], Completion], *, settle_s: float = 5.0) -> dict:
         """Send one request, read the server's counters around it, and record both at once.
@@ -116,10 +117,16 @@ class Study:
         reason = (error if isinstance(error, str) else interrupt.REASON if isinstance(error, KeyboardInterrupt)
                   else f"{type(error).__name__}: {error}")
         records = self.records()
-        self.run.write_json(FAILURE, {"failed_halfway": True, "reason": reason, "records": len(records),
-                                      "errors": sum("error" in r for r in records)})
-        print(f"FAILED HALFWAY: {redact(reason)}\nThe {len(records)} record(s) taken are kept in {self.run.path}.",
-              flush=True)
+        resumable = "resume_from" in (read_object(self.run.path / CLAIM) or {}).get("settings", {})
+        print(f"FAILED HALFWAY: {redact(reason)}\nThe {len(records)} record(s) taken are kept in {self.run.path}."
+              + (f" To finish it once the cause is fixed, run {self.notebook} again with resume_from="
+                 f"{self.run.id!r}: only what it did not finish is measured." if resumable else ""), flush=True)
+        try:
+            self.run.write_json(FAILURE, {"failed_halfway": True, "reason": reason, "records": len(records),
+                                          "errors": sum("error" in r for r in records)})
+        except RunError as e:  # the disk is full even now: `sparknb run` seals it, or its message says how
+            print(f"Could not mark it failed: {e}", flush=True)
+            self.seal = False
         self._close()
 
     def finish(self, summary: dict) -> None:
@@ -314,7 +321,7 @@ def start(notebook: str, *, settings: dict, model: str = "", models: Sequence[st
     if not models:
         ep = Endpoint(resolve_endpoint(endpoint or loaded[0].endpoint), loaded[0].served_model_name,
                       api_key=loaded[0].api_key(), tokenizer=loaded[0].tokenizer, engine=loaded[0].engine,
-                      key_env=loaded[0].api_key_env)
+                      key_env=loaded[0].api_key_env, stall_s=loaded[0].stall_timeout_s)
         server = ep.info()
         if validate:
             validate(server, ep)

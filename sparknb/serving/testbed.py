@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from . import lifecycle, llama_server, real_models
+from . import lifecycle, llama_server, real_models, tiny_models
 from .lifecycle import Server
 from .processes import HOST, pick_port
 from .targets import check_vllm, testbed_target
 from .tiny_models import NAMES, cache_root, checkpoint, compile_cache, parameter_counts
-from ..errors import ServerError
+from ..errors import LifecycleError, ServerError
 
 __all__ = ["HOST", "NAMES", "Server", "checkpoint", "launch", "parameter_counts", "pick_port", "serve_forever",
            "start"]
@@ -69,7 +69,21 @@ def params_name(name: str, engine: str) -> str:
     return f"{name}-vllm" if check_vllm(name) == real_models.SERVED else name
 
 
-def serve_forever(name: str, port: int, api_key: str | None = None, engine: str = "vllm") -> None:
+def serving_args(name: str, engine: str, slots: int | None = None, prompt_cache: bool = True) -> tuple[str, ...]:
+    """`sparknb serve`'s --slots and --prompt-cache off as llama-server's options: each slot keeps the context it
+    has by default. The prompt cache off makes greedy answers repeatable (SmolLM2 gave two identical requests
+    different answers with it on)."""
+    if slots is not None and slots < 1:
+        raise LifecycleError(f"--slots {slots}: give 1 or more")
+    if engine != "llama.cpp" and (slots is not None or not prompt_cache):
+        raise LifecycleError("--slots and --prompt-cache off are llama-server's options: add --engine llama.cpp")
+    per_slot = real_models.SLOT_CONTEXT if name in real_models.NAMES else tiny_models.MAX_MODEL_LEN
+    sized = ("--parallel", str(slots), "--ctx-size", str(slots * per_slot)) if slots is not None else ()
+    return (*sized, *(() if prompt_cache else ("--no-cache-prompt",)))
+
+
+def serve_forever(name: str, port: int, api_key: str | None = None, engine: str = "vllm",
+                  extra_args: tuple[str, ...] = ()) -> None:
     """For `sparknb serve NAME [--engine llama.cpp]`: one server in the foreground until Ctrl-C or SIGTERM.
 
     With llama.cpp and no llama-server anywhere, the pinned one is built first (minutes, once).
@@ -83,7 +97,7 @@ def serve_forever(name: str, port: int, api_key: str | None = None, engine: str 
 
     previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with start(name, port, engine=engine, api_key=api_key) as server:
+        with start(name, port, engine=engine, api_key=api_key, extra_args=extra_args) as server:
             print(f"{name} ({engine}) listens on {server.url} (pid {server.pid}, log {server.log_path}); "
                   f"press Ctrl-C or send SIGTERM to {os.getpid()} to stop it", flush=True)
             while not stop_requested.wait(1.0):

@@ -31,18 +31,20 @@ def _stopped(sequence, left: int, unit: str) -> Finding:
                 + (f"; {left} were not asked, on purpose." if left > 0 else "."))
 
 
-def batch_findings(b: Batch, aside: str = "", cached: str = "") -> list[Finding]:
+def batch_findings(b: Batch, aside: str = "", cached: str = "", unit: str = "question", template: bool = True
+                   ) -> list[Finding]:
     """The batch's speed, its longest prompt, the client's share of the time, the prefix cache (`cached`: why
-    prompts share a prefix) and anything else that used the server meanwhile."""
+    prompts share a prefix) and anything else that used the server meanwhile. `unit`: what was asked (HumanEval
+    asks problems); `template`: whether the prompts went through the chat template (not completions)."""
     speed = "n/a (the server gave no token counts)" if b.tokens_per_s is None else f"{b.tokens_per_s:.1f}"
     tokens = "an unknown number of" if b.completion_tokens is None else str(b.completion_tokens)
     notes = [info(f"{b.asked} requests at concurrency {b.concurrency} took {duration(b.wall_s)} and generated {tokens} "
                   f"tokens: {speed} tok/s for the batch{aside}. Batched throughput is not single-stream speed: it "
                   "depends on the concurrency and on how long the answers run.")]
     if b.longest_prompt_tokens is not None:
-        notes.append(info(f"The longest prompt was {b.longest_prompt_tokens} tokens (question "
-                          f"{b.longest_prompt_question}), counted by the server's own tokenizer with the chat "
-                          "template, before any question was asked."))
+        notes.append(info(f"The longest prompt was {b.longest_prompt_tokens} tokens ({unit} "
+                          f"{b.longest_prompt_question}), counted by the server's own tokenizer"
+                          f"{' with the chat template' if template else ''}, before any {unit} was asked."))
     if b.client_cpu_share is not None:
         notes.append(info(f"The client used {100 * b.client_cpu_share:.1f}% of the wall time in CPU (all its "
                           "threads); the rest it spent waiting on the server."

@@ -72,8 +72,12 @@ class Traps:
             text += (f" {self.counts[LOOPED]} answer(s) cut at max_tokens were looping, repeating their own text to the "
                      "end (a loop, not a short answer): raising max_tokens will not finish them.")
         if self.counts.get(HIT_MAX_TOKENS):
-            text += f" Answers cut at max_tokens end before {self.ENDS_BEFORE}: raise max_tokens if the model allows."
+            text += self.cut_advice()
         return text
+
+    def cut_advice(self) -> str:
+        """What to do about answers cut at max_tokens."""
+        return f" Answers cut at max_tokens end before {self.ENDS_BEFORE}: raise max_tokens if the model allows."
 
     def more(self) -> str:
         """What the study counts beside the cuts, said after the count."""

@@ -6,6 +6,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
+from ... import engines
 from ...endpoint.client import Endpoint, ServerInfo
 from ...errors import ParamsError
 from ...runs import plan
@@ -41,4 +42,4 @@ class Plan(plan.Sweep):
             raise ParamsError(
                 f"prompt length(s) {too_long} plus {self.output_tokens} output tokens exceed the server's "
                 f"max_model_len of {server.max_model_len} for {server.model}. Drop them from prompt_lengths "
-                "or restart the server with a larger --max-model-len.")
+                f"or restart the server with a larger {engines.named(server.engine).context_option}.")

@@ -31,14 +31,25 @@ def findings(df: pd.DataFrame, work: Work, t: Traps, s: Scores | None, asked: As
         notes += [Finding(level, text, (SCORES,)) for text in rule_sets.sentences(t.harness)]
         if t.harness:
             notes.append(info(said(work.plan.style)))
+        notes += _none_passed(df, work)
     notes += coverage(len(work.items()), len(df), work, "answers asked for", "the speed and cost figures")
     if asked is not None:
         notes.append(_cost(asked.cost))
         if asked.batch.asked:
-            notes += batch_findings(asked.batch, " (programs ran alongside)")
+            notes += batch_findings(asked.batch, " (programs ran alongside)", unit="problem",
+                                    template=work.plan.style == "chat")
     if cmp is not None:
         notes += comparison_findings(cmp)
     return notes
+
+
+def _none_passed(df: pd.DataFrame, work: Work) -> list[Finding]:
+    """Every completion failed: a chat-tuned model asked for completions often answers in prose (SmolLM2 passed
+    0 of 164 so, 7 in chat), which says how it was asked, not what it can do."""
+    if work.plan.style != "completion" or not len(df) or df["passed"].any():
+        return []
+    return [warning(f"Every one of the {len(df)} completions failed. A chat-tuned model asked to complete a prompt "
+                    "often goes on in prose instead of code: read the answers below, and try style: chat.", (SCORES,))]
 
 
 def _isolation(work: Work) -> Finding:

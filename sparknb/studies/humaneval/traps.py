@@ -19,6 +19,7 @@ class Traps(batch.Traps):
 
     cut_after: int = 0  # completion-style answers cut after generation at a classic stop string
     harness: dict = field(default_factory=dict)  # the answers graded under every rule set (rule_sets.HARNESS)
+    completion: bool = False  # asked as completions (style: completion)
 
     NOTHING = "No answer was graded, so nothing can be judged."
     SCORE = "score below is"
@@ -33,6 +34,15 @@ class Traps(batch.Traps):
         if not self.counts.get(NO_CODE):
             return " Read the suspect passes in the table of failures below."
         return " Answers without a fenced Python block: read the examples below; the model may answer in prose."
+
+    def cut_advice(self) -> str:
+        """A completion runs to a classic stop string or max_tokens: SmolLM2's finished their function and went on
+        in prose to max_tokens, and were told to raise it."""
+        if not self.completion:
+            return super().cut_advice()
+        return (" A completion runs until a classic stop string or max_tokens, so one that finished its function "
+                "and went on in prose ran to max_tokens too, and more tokens would not help it: read the examples "
+                "below, and raise max_tokens only where the code itself was cut.")
 
     def more(self) -> str:
         n = self.counts.get(SUSPECT, 0)
@@ -58,5 +68,6 @@ def traps(records: Sequence[dict], stop: Sequence[str] = (), share_limit: float 
     for r in answers:
         cut_after += "cut after generation" in (r.get("how") or "")
         count.add(r, r.get("flag") or (SUSPECT if r.get("suspect") else None), problem=str(r["problem"]))
+    completion = any(str(r.get("how") or "").startswith(("completion", "an empty completion")) for r in answers)
     return Traps(count.n, count.counts, share_limit, tuple(stop), count.examples, cut_after,
-                 rule_sets.effect(graded(answers), HARNESS))
+                 rule_sets.effect(graded(answers), HARNESS), completion)

@@ -14,6 +14,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
+from ... import engines
 from ...endpoint.client import Endpoint, ServerInfo
 from ...errors import ParamsError
 from ...runs import plan
@@ -147,7 +148,8 @@ class Plan(plan.Plan):
         if server.max_model_len is not None and longest + self.output_tokens > server.max_model_len:
             raise ParamsError(f"The longest prompt is {longest} tokens; with output_tokens {self.output_tokens} it "
                               f"exceeds {server.model}'s max_model_len of {server.max_model_len}. Lower prompt_tokens "
-                              "or output_tokens, or restart the server with a larger --max-model-len.")
+                              "or output_tokens, or restart the server with a larger "
+                              f"{engines.named(server.engine).context_option}.")
         mine = {lv.name for lv in self.wanted()}
         differ = [f"{o.id} ({o.label})" for o in self.past
                   if not mine & {r.get("level_name") for r in o.records if r.get("kind") == "level"}]

@@ -10,6 +10,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field, model_validator
 
+from ... import engines
 from ...endpoint.client import Endpoint, ServerInfo
 from ...errors import ParamsError
 from ...runs import plan
@@ -60,7 +61,7 @@ class Plan(plan.Sweep):
                     f"prompt length(s) {too_long} plus {self.output_tokens} output token(s) exceed the server's "
                     f"max_model_len of {server.max_model_len} for {server.model}. Drop them from prompt_lengths "
                     "(or leave it empty for the standard lengths that fit), or restart the server with a larger "
-                    "--max-model-len.")
+                    f"{engines.named(server.engine).context_option}.")
             return tuple(sorted(self.prompt_lengths)), None
         if room is None:
             return DEFAULT_LENGTHS, (f"{server.model}'s server does not report max_model_len: all standard "

@@ -1,0 +1,167 @@
+"""Writes that fail whole: a record is on disk whole or not at all, a full disk or a killed kernel ends a run sealed
+as failed halfway with the reason and the command that finishes it, and resume_from finishes it. The disk is a
+real tmpfs mounted here (root only: skipped, with the reason, where it cannot be mounted); the server is the
+suite's tiny llama-server; the kernel is papermill's own, killed with SIGKILL as the OOM killer would."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sparknb.errors import RunError
+from sparknb.runs import execute
+from sparknb.runs.execute import ExecuteError, run_notebook
+from sparknb.runs.run import FAILURE, RESERVE, Run, read_records, verify
+
+MODEL = "tiny-dense-llamacpp"
+DECODE = {"model": MODEL, "prompt_lengths": [32, 64], "repetitions": 8, "warmup": 0, "output_tokens": 48}
+ALL = [(n, rep) for n in (32, 64) for rep in range(8)]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 40 MiB tmpfs: room for the run's 16 MiB reserve, a decode run, and a filler that takes the rest."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(disk)], capture_output=True,
+                             text=True)
+    if mounted.returncode:
+        pytest.skip(f"a small tmpfs cannot be mounted here (root only): {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Take every byte left on the disk; the file is returned, to give the room back."""
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(bytes(1 << 16))
+                f.flush()
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+    return filler
+
+
+def test_a_record_that_does_not_fit_is_not_written_at_all_and_a_half_line_is_said_and_left_out(small_disk, caplog):
+    run = Run.create("decode", {"notebook": "decode", "settings": {}}, run_id="full", outputs=small_disk)
+    run.record({"rep": 0})
+    fill(small_disk)
+    with pytest.raises(RunError, match=f"Could not write to {run.path}: No space left on device. Free space"):
+        run.record({"rep": 1, "text": "x" * 10_000})  # more than the slack of the last 4 KiB page
+    assert (run.path / "records.jsonl").read_text() == '{"rep": 0}\n'  # the part that fitted was taken back
+    (small_disk / "filler").unlink()
+    with open(run.path / "records.jsonl", "a") as f:  # as a kernel killed mid-write, or an older sparknb, left it
+        f.write('{"rep": 1, "te')
+    with caplog.at_level(logging.WARNING):
+        assert read_records(run.path) == [{"rep": 0}]
+    assert "records.jsonl line 2 is not a whole record" in caplog.text
+    assert execute.seal_interrupted(run.path) == run.path and verify(run.path) == []  # no JSONDecodeError
+
+
+def test_a_run_is_refused_before_any_kernel_where_the_disk_has_no_room_to_seal_it(small_disk):
+    fill(small_disk)
+    with pytest.raises(ExecuteError, match="No space left on device. Free space.*Nothing was run"):
+        run_notebook("decode", {"model": MODEL}, small_disk)
+    assert not list((small_disk / "decode").iterdir())
+
+
+def test_a_read_only_outputs_folder_is_refused_before_any_kernel_naming_the_fix(tmp_path):
+    frozen = tmp_path / "frozen"
+    frozen.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(frozen)], capture_output=True,
+                             text=True)
+    if mounted.returncode:
+        pytest.skip(f"a read-only tmpfs cannot be mounted here (root only): {mounted.stderr.strip()}")
+    try:
+        with pytest.raises(ExecuteError, match=f"Could not write to {frozen}/decode: .*Make the folder writable"):
+            run_notebook("decode", {"model": MODEL}, frozen)
+    finally:
+        subprocess.run(["umount", "-l", str(frozen)], check=False)
+
+
+def finish(tmp_path: Path, server, first: Path, outputs: Path) -> list[dict]:
+    """resume_from the folder: the new run's records, checked whole and verified."""
+    again = run_notebook("decode", {**DECODE, "endpoint": server.url, "resume_from": first.name}, outputs)
+    assert verify(again) == [] and (again / "summary.json").exists()
+    records = read_records(again)
+    assert sorted((r["prompt_length"], r["rep"]) for r in records) == ALL
+    return records
+
+
+def when_records(folders: Path, count: int, then) -> threading.Thread:
+    """Call `then` once a run folder under `folders` holds `count` records."""
+    def wait() -> None:
+        for _ in range(3000):
+            if any(len(f.read_text().splitlines()) >= count for f in folders.glob("*/records.jsonl")):
+                return then()
+            threading.Event().wait(0.02)
+
+    watcher = threading.Thread(target=wait, daemon=True)
+    watcher.start()
+    return watcher
+
+
+@pytest.mark.server
+def test_a_full_disk_mid_decode_seals_the_run_failed_halfway_and_resume_from_finishes_it(small_disk, tiny_dense_llama,
+                                                                                          tmp_path):
+    watcher = when_records(small_disk / "decode", 2, lambda: fill(small_disk))
+    with pytest.raises(ExecuteError) as failed:
+        run_notebook("decode", {**DECODE, "endpoint": tiny_dense_llama.url}, small_disk)
+    watcher.join(timeout=10)
+    (first,) = (small_disk / "decode").iterdir()
+    message = str(failed.value)
+    assert "decode failed halfway:" in message and f"Could not write to {first}: No space left on device" in message
+    assert "Free space on that disk" in message
+    assert f"-p resume_from {first.name} --outputs {small_disk}" in message
+    assert verify(first) == [] and not (first / RESERVE).exists()  # sealed by the run itself, from its reserve
+    assert "No space left" in json.loads((first / FAILURE).read_text())["reason"]
+    kept = read_records(first)
+    assert 2 <= len(kept) < len(ALL)
+    (small_disk / "filler").unlink()  # the room is back
+    records = finish(tmp_path, tiny_dense_llama, first, small_disk)
+    assert sum(r.get("resumed_from") == first.name for r in records) == len(kept)
+
+
+def kernel_of(test: int) -> psutil.Process:
+    """The notebook's kernel: the ipykernel child of this test's process."""
+    found = [p for p in psutil.Process(test).children(recursive=True) if "ipykernel_launcher" in " ".join(p.cmdline())]
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.server
+def test_a_killed_kernel_seals_the_run_failed_halfway_with_the_reason_and_resume_from_finishes_it(
+        tiny_dense_llama, tmp_path, capfd, caplog):
+    """Its two runs' terminal is read too (at the file descriptors: the kernel writes to it itself): the runs'
+    progress and findings, not the kernel's plumbing (issue 38, item 6)."""
+    caplog.set_level(logging.INFO, logger="papermill")
+    outputs = tmp_path / "outputs"
+    watcher = when_records(outputs / "decode", 2, lambda: kernel_of(os.getpid()).send_signal(signal.SIGKILL))
+    with pytest.raises(ExecuteError) as failed:
+        run_notebook("decode", {**DECODE, "endpoint": tiny_dense_llama.url}, outputs)
+    watcher.join(timeout=10)
+    (first,) = (outputs / "decode").iterdir()
+    message = str(failed.value)
+    assert "the notebook's kernel died (killed by signal SIGKILL)" in message, message
+    assert f"-p resume_from {first.name}" in message and "DeadKernelError" not in message
+    assert verify(first) == [] and "kernel died" in json.loads((first / FAILURE).read_text())["reason"]
+    kept = [r for r in read_records(first) if "error" not in r]
+    records = finish(tmp_path, tiny_dense_llama, first, outputs)
+    assert sum(r.get("resumed_from") == first.name for r in records) == len(kept) >= 2
+    terminal = "".join(capfd.readouterr()) + caplog.text
+    assert caplog.text.count("Input Notebook") == 2  # once a run
+    assert "running over TCP without encryption" not in terminal and "[IPKernelApp]" not in terminal
+    assert "IPython.core.display.Markdown object" not in terminal and "tg48 @ d32" in terminal  # findings as text
