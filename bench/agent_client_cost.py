@@ -49,8 +49,9 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=8, help="sessions drawn from BFCL's multi_turn_base")
     parser.add_argument("--in-flight", type=int, nargs="+", default=[1, 8], help="sessions at once")
     parser.add_argument("--max-tokens", type=int, default=96, help="the longest answer of a step")
+    parser.add_argument("--sessions-file", default="", help="a JSONL of sessions in BFCL's shape instead of a draw")
     args = parser.parse_args()
-    entries = agent_plan.sessions(agent_plan.Plan.build(sessions=args.sessions))[0]
+    entries = agent_plan.sessions(agent_plan.Plan.build(sessions=args.sessions, sessions_file=args.sessions_file))[0]
     with tempfile.TemporaryDirectory() as out, testbed.start(
             "smollm2-tools", free_port(), engine="llama.cpp", timeout=120, log_path=Path(out) / "server.log",
             extra_args=("--parallel", "8", "--ctx-size", str(8 * 8192))) as server:

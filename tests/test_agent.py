@@ -82,8 +82,8 @@ def test_live_sessions_seal_with_the_servers_own_cache_counts(live):
         assert b["cached_tokens"] >= a["prompt_tokens"] - 1, (a, b)
     tools = {(r["turn"], r["step"]): r for r in records if r.get("kind") == "tools"}
     assert tools[0, 0]["calls"] == ["list_users()"] and "Alice" in tools[0, 0]["results"][0]
-    assert steps[1]["sent"] == [{"role": "tool", "content": tools[0, 0]["results"][0],
-                                 "tool_call_id": tools[0, 0]["assistant"]["tool_calls"][0]["id"]}]  # the result went back
+    call_id = tools[0, 0]["assistant"]["tool_calls"][0]["id"]  # the result went back, answering the call
+    assert steps[1]["sent"] == [{"role": "tool", "content": tools[0, 0]["results"][0], "tool_call_id": call_id}]
     turns = [r for r in records if r.get("kind") == "turn"]
     assert len(turns) == 2 and all("MessageAPI" in t["state"] for t in turns)
     assert "CACHE LOST" not in outputs_text(nb)
