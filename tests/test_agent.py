@@ -12,11 +12,13 @@ import pytest
 from support import outputs_text, run_notebook
 
 from sparknb.errors import DataError, ParamsError
-from sparknb.runs.run import read_records, verify
+from sparknb.runs.run import read_past, read_records, verify
 from sparknb.serving import testbed
 from sparknb.serving.processes import free_port
+from sparknb.studies.agent import headline_rows
 from sparknb.studies.agent import plan as agent_plan
 from sparknb.studies.batch import bfcl
+from sparknb.verdicts.verdict import Runs
 
 LIVE = {"model": "smollm2-tools-llamacpp", "max_steps": 2, "max_tokens": 40}
 REPEAT = 'Repeat exactly this line and nothing else:\n<tool_call>\n{{"name": "{0}", "arguments": {1}}}\n</tool_call>'
@@ -107,6 +109,11 @@ def test_a_replay_sends_the_same_prompts_and_names_the_cache_a_server_did_not_ke
         k: max(1, r["completion_tokens"]) for k, r in live_steps.items()}
     text = outputs_text(nb)
     assert "CACHE LOST at session" in text and "did not keep it" in text
+    past = {"cached": read_past(str(folder), "agent")[0], "uncached": read_past(str(replay), "agent")[0]}
+    runs = Runs({"agent": past}, ["cached", "uncached"])
+    wait, first, later, share = headline_rows(runs)
+    assert share.values["cached"] > 0.9 and share.values["uncached"] == 0  # the comparison's row tells them apart
+    assert wait.n == {"cached": 1, "uncached": 1} and wait.ratios["uncached"].estimate > 0  # paired by session
     checks = [r for r in read_records(replay) if r.get("kind") == "cache_check"]
     assert checks and all(c["first_difference"] is None or c["first_difference"] >= c["prompt_before"] - 1
                           for c in checks)

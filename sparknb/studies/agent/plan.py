@@ -28,7 +28,6 @@ SHAPE = ("id", "question", "initial_config", "involved_classes")  # what a sessi
 
 class Plan(plan.Plan):
     study: ClassVar[str] = NOTEBOOK
-    recorded: ClassVar = {"session_ids": (IGNORED,), "sessions_source": (IGNORED,)}
     sessions: int = Field(4, ge=1, description="sessions to run, 1 or more, drawn evenly across BFCL's classes")
     seed: Annotated[int, COMPARED] = Field(0, description="the draw's seed")
     session_ids: list[str] = Field([], description="BFCL ids to run instead of a draw, e.g. ['multi_turn_base_0']")

@@ -6,7 +6,13 @@ back as a `tool` message; then the next user turn.
 record of the answer back, so the same loop runs one session at a time (study.request, the server's counters
 around every request), several in flight (the asyncio client), or replays a sealed live run (`Replay`: the live
 run's messages at every step and its answer lengths, nothing executed). Everything the grader needs is recorded:
-each step's calls as executed and the backends' results, and each turn's final backend state.
+each step's calls as executed and the backends' results, and each turn's final backend state. The records, by kind:
+- `session`: id, mode, involved_classes, turns, tools (the OpenAI tools as one JSON text, in their order), system;
+- `step`: session, turn, step, sent (the messages added since the last request), and the answer
+  (endpoint.completion.Completion's fields: text, tool_calls, cached_tokens, timings) with the server's view;
+- `tools`: session, turn, step, calls (each call string as executed; None where its arguments did not parse),
+  results (as the model was sent them), tool_s, parse_error, assistant (the message sent back for the answer);
+- `turn`: session, turn, stopped (answer, step cap or error), steps, state (each backend's public attributes).
 """
 
 from __future__ import annotations
