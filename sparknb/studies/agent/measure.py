@@ -14,7 +14,6 @@ import asyncio
 
 from ...endpoint import stream
 from ...errors import EndpointError, ParamsError
-from ..batch import bfcl
 from .plan import Plan, sessions
 from .sessions import Replay, Session
 
