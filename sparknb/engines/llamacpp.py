@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from typing import Any
 
 from ..endpoint import metrics
@@ -68,6 +69,14 @@ class LlamaCpp(Engine):
         **dict.fromkeys(("-md", "--model-draft", "--spec-draft-model"), "draft model"),
         "--spec-type": "speculative type", "--spec-draft-n-max": "draft tokens",
     }
+    cache_count = "timings.cache_n of each answer (prompt_n: the tokens it processed), also usage's cached_tokens"
+    tool_parser_fix = ("start llama-server with --jinja and a chat template that renders tools (the model's own, or "
+                       "--chat-template-file FILE)")
+    cache_tool_flags = {"--jinja": "jinja", "--no-jinja": "no jinja", "--chat-template-file": "chat template file",
+                        "--chat-template": "chat template", "--cache-reuse": "cache reuse",
+                        "--no-cache-prompt": "no prompt cache", **dict.fromkeys(("-cram", "--cache-ram"), "cache ram"),
+                        **dict.fromkeys(("-np", "--parallel"), "slots"), "--swa-full": "swa full",
+                        "--slot-prompt-similarity": "slot prompt similarity"}
     timings_field = "timings"
     api_key_variable = "LLAMA_API_KEY"
     context_option = "-c/--ctx-size (each of its --parallel slots gets an equal share of it)"
@@ -86,11 +95,11 @@ class LlamaCpp(Engine):
         given = settings.get("ubatch")
         return int(given) if isinstance(given, str) and given.isdigit() else UBATCH
 
-    def settings(self, argv: list[str]) -> dict[str, str | bool]:
+    def settings(self, argv: list[str], flags: Mapping[str, str] | None = None) -> dict[str, str | bool]:
         """Its speed flags, and whether it reuses a slot's earlier prompt: on unless --no-cache-prompt, and with it
         on, identical greedy requests to SmolLM2 came back different."""
         cached = "off (--no-cache-prompt)" if "--no-cache-prompt" in argv else "on (llama-server's default)"
-        return super().settings(argv) | {"prompt cache": cached}
+        return super().settings(argv, flags) | {"prompt cache": cached}
 
     def recognises(self, answer: Any) -> bool:
         return isinstance(answer, dict) and ("build_info" in answer or "default_generation_settings" in answer)
@@ -103,10 +112,8 @@ class LlamaCpp(Engine):
         return None if answer is None else answer["tokens"]
 
     def tokenize_chat(self, post: Post, model: str, messages: list[dict]) -> list[int] | None:
-        applied = post("/apply-template", {"messages": messages})
-        if applied is None or "prompt" not in applied:
-            return None
-        return self.tokenize(post, model, applied["prompt"], True)
+        text = self.render_chat(post, model, messages, None)
+        return None if text is None else self.tokenize(post, model, text, True)
 
     def timings(self, block: dict) -> dict:
         def seconds(key: str) -> float | None:
@@ -118,6 +125,20 @@ class LlamaCpp(Engine):
                 "cached_tokens": block.get("cache_n"), "tokens_per_s": block.get("predicted_per_second"),
                 "spec_decode": None if drafted is None else {"draft_tokens": drafted,
                                                              "accepted_tokens": block.get("draft_n_accepted")}}
+
+    def cached_tokens(self, done: Any) -> int | None:
+        """`timings.cache_n`, the slot's own count; usage's cached_tokens where no timings came."""
+        cached = (done.server or {}).get("cached_tokens")
+        return cached if cached is not None else done.usage_cached_tokens
+
+    def render_chat(self, post: Post, model: str, messages: list[dict], tools: list[dict] | None) -> str | None:
+        applied = post("/apply-template", {"messages": messages, **({"tools": tools} if tools else {})})
+        return applied.get("prompt") if isinstance(applied, dict) else None
+
+    def template_caps(self, ask: Post) -> dict | None:
+        """/props `chat_template_caps` (given with --jinja)."""
+        caps = (ask("/props", None) or {}).get("chat_template_caps")
+        return caps if isinstance(caps, dict) else None
 
     def stall(self, outside_ms: list[float], after_length: list[int | None]) -> str | None:
         """The host-memory prompt cache's stall: a wait before the prompt beyond HTTP and the client, which grows
@@ -161,7 +182,8 @@ class LlamaCpp(Engine):
                 "max_model_len": slot.get("n_ctx") or meta.get("n_ctx"),
                 "dtype": ftype or "not stated", "quantization": _quantization(ftype),
                 "parameters": meta.get("n_params"), "weights_bytes": meta.get("size"),
-                "context_trained": meta.get("n_ctx_train"), "slots": props.get("total_slots")}
+                "context_trained": meta.get("n_ctx_train"), "slots": props.get("total_slots"),
+                "chat_template_caps": props.get("chat_template_caps")}  # with --jinja: whether it renders tools
 
 
 def _quantization(ftype: str | None) -> str:
