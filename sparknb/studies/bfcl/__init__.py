@@ -1,0 +1,1 @@
+"""BFCL v4: tool calls graded exactly as the leaderboard grades them."""

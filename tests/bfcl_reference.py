@@ -1,0 +1,98 @@
+"""bfcl-eval's own checkers, for the tests only: sparknb's BFCL grading is checked against them item by item.
+
+They are imported from the pinned wheel studies.batch.bfcl fetches (sha256-checked), as a zip on sys.path, not installed:
+`pip install -e .[dev]` would pull in bfcl-eval's declared dependencies (numpy pinned to 1.26.4, six vendor
+SDKs, faiss, sentence-transformers), which would break the project's own environment.
+
+One stand-in module: `bfcl_eval.constants.model_config` imports every vendor's model handler (anthropic, cohere,
+google-genai, ...), and the AST checker reads only `MODEL_CONFIG_MAPPING[model].underscore_to_dot` from it. The
+stand-in has two entries: `prompt` (names keep their dots, as BFCL's prompt-mode models) and `native` (dots written
+as underscores, as BFCL's function-calling models). Nothing else of the checkers is replaced.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import tempfile
+import types
+from dataclasses import dataclass
+from functools import lru_cache
+
+from sparknb.studies.batch import bfcl
+
+MODES = {"prompt": False, "native": True}  # the stand-in's model names -> underscore_to_dot
+_names = itertools.count()
+
+
+@dataclass(frozen=True)
+class _Config:
+    underscore_to_dot: bool
+
+
+@lru_cache(maxsize=None)
+def _loaded() -> None:
+    """bfcl_eval importable from the wheel, with the one stand-in module; its eval_config makes result and score
+    folders under BFCL_PROJECT_ROOT on import, pointed at a temporary folder."""
+    bfcl.root()
+    os.environ["BFCL_PROJECT_ROOT"] = tempfile.mkdtemp(prefix="bfcl-project-")
+    sys.path.insert(0, str(bfcl.folder() / bfcl.WHEEL["file"]))
+    stand_in = types.ModuleType("bfcl_eval.constants.model_config")
+    stand_in.MODEL_CONFIG_MAPPING = {name: _Config(dot) for name, dot in MODES.items()}
+    sys.modules["bfcl_eval.constants.model_config"] = stand_in
+
+
+def ast_check(category: str, functions: list, calls: list | None, answer: list, mode: str) -> dict:
+    """BFCL's verdict on one single-turn item, as its eval_runner reaches it: a decode failure (None) fails an AST
+    item and passes an irrelevance one; BFCL's format and emptiness checks come first."""
+    _loaded()
+    from bfcl_eval.constants.enums import Language
+    from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
+    from bfcl_eval.utils import is_empty_output, is_function_calling_format_output
+
+    if "irrelevance" in category:
+        made = calls is not None and not is_empty_output(calls)
+        return {"valid": not made, "error_type": "irrelevance_error:decoder_success" if made else ""}
+    if calls is None:
+        return {"valid": False, "error_type": "ast_decoder:decoder_failed"}
+    if not is_function_calling_format_output(calls):
+        return {"valid": False, "error_type": "ast_decoder:decoder_wrong_output_format"}
+    return ast_checker(functions, calls, answer, Language.PYTHON, category, mode)
+
+
+def multi_turn_check(entry: dict, ground_truth: list, turns: list) -> dict:
+    """BFCL's multi_turn_checker on one session (turns: per turn, per step, call strings), under a model name of
+    its own: BFCL keeps each session's backends in a module global named by model and entry."""
+    _loaded()
+    from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+
+    if len(turns) != len(ground_truth):
+        return {"valid": False, "error_type": "multi_turn:force_terminated"}
+    return multi_turn_checker([[s for s in t if s] for t in turns], ground_truth, dict(entry),
+                              "multi_turn_base", f"sparknb_check_{next(_names)}")
+
+
+def pick(accepted: list, required: bool = False):
+    """The first value an answer accepts, nested values taken the same way; None (leave it out) where the answer
+    lets it be left out and the schema does not require it (BFCL's answers list an optional parameter's value
+    under the wrong function at least once, parallel_multiple_12, where giving it fails)."""
+    value = next((a for a in accepted if a != ""), None)
+    if "" in accepted and not required:
+        return None
+    if isinstance(value, dict):
+        return {k: v for k, v in ((k, pick(v)) for k, v in value.items()) if v is not None}
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return [pick([v]) for v in value]
+    return value
+
+
+def replayed(answer: list, functions: list, native: bool = False) -> list:
+    """BFCL's possible answer as the calls a model that got everything right would make (decoded form)."""
+    out = []
+    for item in answer:
+        name, params = next(iter(item.items()))
+        schema = next(f for f in functions if f["name"] == name)["parameters"]
+        picked = {p: pick(v, p in schema.get("required", [])) for p, v in params.items()}
+        out.append({name.replace(".", "_") if native else name: {p: v for p, v in picked.items() if v is not None}})
+    return out
