@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 from ..engines import Engine
+from .tools import Assembly, ToolCall
 
 
 @dataclass
@@ -25,6 +26,12 @@ class Completion:
     reasoning: str = ""
     finish_reason: str | None = None
     server: dict | None = None  # the server's own timings, by its engine: queue_s, ttft_s, prefill_s, decode_s, ...
+    # Native tool calls (OpenAI's `tools`): the calls assembled from the streamed deltas, and when the first
+    # tool-call chunk and the first content chunk came (reasoning apart: it is neither)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_s: float | None = None
+    content_s: float | None = None
+    usage_cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, where the server sent it
 
     @property
     def decode_s(self) -> float | None:
@@ -48,10 +55,17 @@ class Completion:
             return None
         return self.decode_tokens / self.decode_s
 
+    def add_tool_deltas(self, t: float, deltas: list[dict], assembly: Assembly) -> None:
+        """Streamed `tool_calls` deltas at `t`: the calls so far, reassembled."""
+        assembly.add(deltas)
+        self.tool_calls = assembly.calls()
+        self.tool_call_s = t if self.tool_call_s is None else self.tool_call_s
+
     def add_chunk(self, t: float, text: str, reasoning: str, tokens: int | None) -> None:
         """A chunk that carries text or tokens, `t` seconds after sending: TTFT is the first such chunk.
         The one place of the timing rule, for the single-stream client and the asyncio one alike."""
         self.text, self.reasoning = self.text + text, self.reasoning + reasoning
+        self.content_s = t if self.content_s is None and text else self.content_s
         self.chunk_times.append(t)
         self.chunk_tokens.append(tokens)
         self.ttft_s = t if self.ttft_s is None else self.ttft_s

@@ -38,6 +38,7 @@ from urllib.parse import unquote, urlsplit
 from ..errors import EndpointError
 from ..runs.redaction import redact
 from .completion import Completion
+from .tools import Assembly
 
 if TYPE_CHECKING:
     from ..engines import Engine
@@ -116,6 +117,7 @@ class Events:
         self.sent, self.rest = 0.0, b""  # perf_counter when the request went out; a line not yet ended
         self.error: str | None = None
         self.finished: float | None = None  # when the event carrying the finish reason came
+        self.assembly = Assembly()  # streamed tool-call deltas, by index
 
     def feed(self, data: bytes, now: float) -> None:
         *lines, self.rest = (self.rest + data).split(b"\n")
@@ -134,6 +136,7 @@ class Events:
         usage = event.get("usage")
         if usage:
             done.prompt_tokens, done.completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            done.usage_cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
         if self.timings_field and event.get(self.timings_field):
             done.server = self.engine.timings(event[self.timings_field])
         for choice in event.get("choices") or ():
@@ -144,6 +147,9 @@ class Events:
                 delta = choice.get("delta") or {}
                 text = delta.get("content") or ""
                 reasoning = delta.get("reasoning") or delta.get("reasoning_content") or ""
+                if delta.get("tool_calls"):  # a tool call's piece is a token chunk with no text: it times TTFT
+                    done.add_tool_deltas(t, delta["tool_calls"], self.assembly)
+                    completion = True
             ids = choice.get("token_ids")
             tokens = len(ids) if ids is not None else None
             if choice.get("finish_reason"):

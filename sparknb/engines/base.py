@@ -31,18 +31,26 @@ class Engine:
     idle_draft = ""  # why a server set to speculate may draft nothing at all, and the fix
     # Its command line's options that move its speed (threads, batch, slots, speculation): option -> name
     speed_flags: Mapping[str, str] = {}
+    # How it tells a request's prompt tokens served from its prefix cache (Engine.cached_tokens reads it), and
+    # what makes it parse a model's tool calls into `tool_calls` (without it they stay in `content`)
+    cache_count = "usage.prompt_tokens_details.cached_tokens, where the server sends it"
+    tool_parser_fix = "the server's own option that parses tool calls (see its documentation)"
+    # Its command line's options that set its prefix cache and its tool calls (the fingerprint records them)
+    cache_tool_flags: Mapping[str, str] = {}
 
     def recognises(self, answer: Any) -> bool:
         return False
 
-    def settings(self, argv: list[str]) -> dict[str, str | bool]:
-        """The speed_flags its command line sets, by name (a switch as True); an option left out is its default."""
+    def settings(self, argv: list[str], flags: Mapping[str, str] | None = None) -> dict[str, str | bool]:
+        """The speed_flags (or `flags`) its command line sets, by name (a switch as True); an option left out is its
+        default."""
         found: dict[str, str | bool] = {}
+        flags = self.speed_flags if flags is None else flags
         for i, word in enumerate(argv):
             option, _, inline = word.partition("=")
-            if option in self.speed_flags:
+            if option in flags:
                 following = argv[i + 1] if i + 1 < len(argv) else ""
-                found[self.speed_flags[option]] = inline or (following if following and not following.startswith(
+                found[flags[option]] = inline or (following if following and not following.startswith(
                     "--") and not (following.startswith("-") and not following[1:2].isdigit()) else True)
         return found
 
@@ -63,6 +71,16 @@ class Engine:
         """The server's timings of one request (the block under `timings_field`), in seconds and sparknb's
         names: queue_s, ttft_s, prefill_s, decode_s, prompt_tokens, decode_tokens, cached_tokens, spec_decode."""
         return {}
+
+    def cached_tokens(self, done: Any) -> int | None:
+        """A request's prompt tokens served from the prefix cache by the server's own count (`done`: its
+        endpoint.completion.Completion); None where the server does not tell it, never an estimate."""
+        return done.usage_cached_tokens
+
+    def template_caps(self, ask: Post) -> dict | None:
+        """What the server says its chat template can render (supports_tools, supports_tool_calls, ...), or None
+        where it does not say: then only the prompt's token count with and without tools tells."""
+        return None
 
     def kv_capacity(self, metrics_text: str, tokens_per_request: int) -> int | None:
         """How many requests of this many tokens its KV cache holds at once, where its /metrics says."""

@@ -67,6 +67,14 @@ class LlamaCpp(Engine):
         **dict.fromkeys(("-md", "--model-draft", "--spec-draft-model"), "draft model"),
         "--spec-type": "speculative type", "--spec-draft-n-max": "draft tokens",
     }
+    cache_count = "timings.cache_n of each answer (prompt_n: the tokens it processed), also usage's cached_tokens"
+    tool_parser_fix = ("start llama-server with --jinja and a chat template that renders tools (the model's own, or "
+                       "--chat-template-file FILE)")
+    cache_tool_flags = {"--jinja": "jinja", "--no-jinja": "no jinja", "--chat-template-file": "chat template file",
+                        "--chat-template": "chat template", "--cache-reuse": "cache reuse",
+                        "--no-cache-prompt": "no prompt cache", **dict.fromkeys(("-cram", "--cache-ram"), "cache ram"),
+                        **dict.fromkeys(("-np", "--parallel"), "slots"), "--swa-full": "swa full",
+                        "--slot-prompt-similarity": "slot prompt similarity"}
     timings_field = "timings"
     api_key_variable = "LLAMA_API_KEY"
     process_name = "llama-server"
@@ -102,6 +110,16 @@ class LlamaCpp(Engine):
                 "cached_tokens": block.get("cache_n"), "tokens_per_s": block.get("predicted_per_second"),
                 "spec_decode": None if drafted is None else {"draft_tokens": drafted,
                                                              "accepted_tokens": block.get("draft_n_accepted")}}
+
+    def cached_tokens(self, done: Any) -> int | None:
+        """`timings.cache_n`, the slot's own count; usage's cached_tokens where no timings came."""
+        cached = (done.server or {}).get("cached_tokens")
+        return cached if cached is not None else done.usage_cached_tokens
+
+    def template_caps(self, ask: Post) -> dict | None:
+        """/props `chat_template_caps` (given with --jinja)."""
+        caps = (ask("/props", None) or {}).get("chat_template_caps")
+        return caps if isinstance(caps, dict) else None
 
     def stall(self, outside_ms: list[float], after_length: list[int | None]) -> str | None:
         """The host-memory prompt cache's stall: a wait before the prompt beyond HTTP and the client, which grows

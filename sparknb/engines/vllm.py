@@ -51,6 +51,13 @@ class Vllm(Engine):
     }
     metric_labels = ("position",)  # the per-position acceptance counters are told apart by this label
     model_label = "model_name"
+    cache_count = ("usage.prompt_tokens_details.cached_tokens, sent only where the server was started with "
+                   "--enable-prompt-tokens-details")
+    tool_parser_fix = "start vLLM with --enable-auto-tool-choice --tool-call-parser NAME (hermes for <tool_call> JSON)"
+    cache_tool_flags = {"--enable-prefix-caching": "prefix caching", "--no-enable-prefix-caching": "no prefix caching",
+                        "--enable-prompt-tokens-details": "prompt tokens details",
+                        "--enable-auto-tool-choice": "auto tool choice", "--tool-call-parser": "tool call parser",
+                        "--chat-template": "chat template", "--max-num-seqs": "max sequences"}
     timings_field = "metrics"
     api_key_variable = "VLLM_API_KEY"
     process_name = "vllm"  # its engine retitles itself VLLM::EngineCore
