@@ -55,3 +55,14 @@ def test_math_api_is_refused_by_name():
         bfcl.backend("MathAPI")
     with pytest.raises(DataError, match="name a category"):
         bfcl.entries("no_such_category")
+
+
+def test_the_tools_and_the_prompt_mode_system_prompt_are_bfcls():
+    docs = bfcl.functions(["TwitterAPI", "GorillaFileSystem"])
+    tools = bfcl.openai_tools(docs)
+    assert len(tools) == len(docs) and all(t["function"]["parameters"]["type"] == "object" for t in tools)
+    assert not any("response" in t["function"] for t in tools) and all("response" in d for d in docs)
+    kinds = {p["type"] for t in tools for p in t["function"]["parameters"]["properties"].values()}
+    assert kinds <= {"string", "integer", "number", "boolean", "array", "object"}
+    prompt = bfcl.system_prompt(docs)
+    assert "[func_name1(params_name1=params_value1" in prompt and '"name": "post_tweet"' in prompt

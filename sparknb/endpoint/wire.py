@@ -303,6 +303,7 @@ def finish(route: Route, reader: Reader, events: Events) -> Completion:
         raise EndpointError(f"Lost the connection to {shown}: the stream ended without a finish reason "
                             f"after {events.chunks} chunks.")
     done.total_s = reader.ended - events.sent
+    done.cached_tokens = events.engine.cached_tokens(done)
     if done.ttft_s is None and done.completion_tokens and events.finished is not None:
         # Every token came with the closing event, none before it: that is when the client saw them.
         done.add_chunk(events.finished, "", "", done.completion_tokens)

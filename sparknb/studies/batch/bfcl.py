@@ -141,6 +141,52 @@ def schemas(class_name: str) -> list[dict]:
     return _lines(root() / "data" / "multi_turn_func_doc" / mapping[class_name])
 
 
+def functions(classes: list[str]) -> list[dict]:
+    """The function docs a multi-turn session offers: every schema of its classes, in their order (as BFCL does)."""
+    return [doc for name in classes for doc in schemas(name)]
+
+
+def openai_tools(docs: list[dict]) -> list[dict]:
+    """BFCL's function docs as OpenAI `tools`, converted as its OpenAI-style handlers convert them: the types by its
+    own GORILLA_TO_OPENAPI map (`constants/type_mappings.py`), a float noted in the description, a missing type a
+    string, the `response` schema left out (it is no parameter)."""
+    mapping = _module("bfcl_eval/constants/type_mappings.py").GORILLA_TO_OPENAPI
+    out = []
+    for doc in copy.deepcopy(docs):
+        doc.pop("response", None)
+        doc["parameters"]["type"] = "object"
+        doc["parameters"]["properties"] = _openai_types(doc["parameters"].get("properties", {}), mapping)
+        out.append({"type": "function", "function": doc})
+    return out
+
+
+def _openai_types(properties: dict, mapping: dict) -> dict:
+    for value in properties.values():
+        kind = value.get("type")
+        if kind == "float":
+            value["format"] = "float"
+            value["description"] = value.get("description", "") + " This is a float type value."
+        value["type"] = mapping.get(kind, "string")
+        if "properties" in value:
+            value["properties"] = _openai_types(value["properties"], mapping)
+        elif isinstance(value.get("items"), dict) and "type" in value["items"]:
+            value["items"]["type"] = mapping.get(value["items"]["type"], "string")
+    return properties
+
+
+def system_prompt(docs: list[dict]) -> str:
+    """BFCL's default prompt-mode system prompt (python calls, no tag, JSON docs, plain text, classic style), built
+    from its own constants: the model answers `[func(arg=value), ...]`."""
+    p = prompts()
+    style = p.PROMPT_STYLE_TEMPLATES["classic"]
+    call_format = style["tool_call_no_tag"].format(output_format=p.OUTPUT_FORMAT_MAPPING["python"],
+                                                   param_types=p.PARAM_TYPE_MAPPING["python"])
+    return p.PROMPT_TEMPLATE_MAPPING["plaintext"].format(
+        persona=style["persona"], task=style["task"], tool_call_format=call_format,
+        multiturn_behavior=style["multiturn_behavior"],
+        available_tools=style["available_tools"].format(format="json", functions=json.dumps(docs, indent=4)))
+
+
 def refusal(classes: list[str]) -> str | None:
     """Why a session over these classes cannot be run here, or None."""
     known = _config().CLASS_FILE_PATH_MAPPING
