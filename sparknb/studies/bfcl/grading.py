@@ -41,8 +41,10 @@ PASS = Verdict(True)
 
 
 def check(category: str, functions: list[dict], calls: list | None, answer: list[dict],
-          underscore_to_dot: bool = False) -> Verdict:
-    """One item of a single-turn category: the model's decoded calls against BFCL's possible answer."""
+          underscore_to_dot: bool = False, greedy: bool = True) -> Verdict:
+    """One item of a single-turn category: the model's decoded calls against BFCL's possible answer. `greedy`:
+    BFCL's matching of parallel calls; False finds any assignment of calls to answers that passes (rule set
+    `robust`)."""
     if "irrelevance" in category:
         made = calls is not None and _well_formed(calls) and calls not in ([], [{}])
         return Verdict(False, "irrelevance_error:decoder_success", "a call where none was wanted") if made else PASS
@@ -50,12 +52,12 @@ def check(category: str, functions: list[dict], calls: list | None, answer: list
         return Verdict(False, "ast_decoder:decoder_failed", "the answer did not parse as calls")
     if not _well_formed(calls):
         return Verdict(False, "ast_decoder:decoder_wrong_output_format", f"not calls: {calls!r}"[:200])
-    return _by_category(category, functions, calls, answer, underscore_to_dot)
+    return _by_category(category, functions, calls, answer, underscore_to_dot, greedy)
 
 
-def _by_category(category, functions, calls, answer, dot) -> Verdict:
+def _by_category(category, functions, calls, answer, dot, greedy=True) -> Verdict:
     if "parallel" in category:
-        return _any_order(functions, calls, answer, dot)
+        return _any_order(functions, calls, answer, dot) if greedy else _assigned(functions, calls, answer, dot)
     kind = "multiple_function_checker" if "multiple" in category else "simple_function_checker"
     if len(calls) != (len(answer) if "multiple" in category else 1):
         return Verdict(False, f"{kind}:wrong_count", f"{len(calls)} call(s) made, {len(answer)} wanted")
@@ -88,6 +90,20 @@ def _any_order(functions, calls, answers, dot) -> Verdict:
                            f"no call matches {next(iter(answer))}")
         taken.add(hit)
     return PASS
+
+
+def _assigned(functions, calls, answers, dot) -> Verdict:
+    """Order free without BFCL's greediness: passes where some one-to-one assignment of calls to answers passes."""
+    if len(calls) != len(answers):
+        return _any_order(functions, calls, answers, dot)
+    fits = [{i for i, c in enumerate(calls) if call(_schema(functions, a), c, a, dot).valid} for a in answers]
+    return PASS if _match(fits, 0, frozenset()) else _any_order(functions, calls, answers, dot)
+
+
+def _match(fits: list[set[int]], answer: int, taken: frozenset) -> bool:
+    if answer == len(fits):
+        return True
+    return any(_match(fits, answer + 1, taken | {i}) for i in fits[answer] - taken)
 
 
 def call(schema: dict, made: dict, answer: dict, dot: bool = False) -> Verdict:
