@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 import os
 import sys
-import tempfile
 import types
 from dataclasses import dataclass
 from functools import lru_cache
@@ -34,9 +33,9 @@ class _Config:
 @lru_cache(maxsize=None)
 def _loaded() -> None:
     """bfcl_eval importable from the wheel, with the one stand-in module; its eval_config makes result and score
-    folders under BFCL_PROJECT_ROOT on import, pointed at a temporary folder."""
+    folders under BFCL_PROJECT_ROOT on import, pointed beside the wheel in the user cache."""
     bfcl.root()
-    os.environ["BFCL_PROJECT_ROOT"] = tempfile.mkdtemp(prefix="bfcl-project-")
+    os.environ["BFCL_PROJECT_ROOT"] = str(bfcl.folder() / "reference-project")
     sys.path.insert(0, str(bfcl.folder() / bfcl.WHEEL["file"]))
     stand_in = types.ModuleType("bfcl_eval.constants.model_config")
     stand_in.MODEL_CONFIG_MAPPING = {name: _Config(dot) for name, dot in MODES.items()}

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from sparknb.studies.batch import bfcl, bfcl_turns
-from sparknb.studies.bfcl import grading
+from sparknb.studies.bfcl import grading, rule_sets
 
 from bfcl_reference import MODES, ast_check, multi_turn_check, replayed
 
@@ -132,3 +132,30 @@ def test_a_wrong_argument_or_order_in_a_session_fails_where_bfcl_says(sessions):
         failed["argument"] += not _session_agree(entry, truth, [[[c] for c in t] for t in calls])
         failed["order"] += not _session_agree(entry, truth, [[[c] for c in reversed(t)] for t in truth])
     assert failed["argument"] > 100 and failed["order"] > 10, failed
+
+
+def _floats(calls: list) -> list:
+    """Every integer argument written as JSON writes a float that holds one (5 -> 5.0)."""
+    return [{n: {k: float(v) if type(v) is int else v for k, v in a.items()} for n, a in c.items()} for c in calls]
+
+
+def _underscored(calls: list) -> list:
+    return [{n.replace(".", "_"): a for n, a in c.items()} for c in calls]
+
+
+def test_robust_passes_what_bfcl_fails_only_for_its_strictness_and_names_why(items):
+    """Each of robust's corrections on every item it applies to: BFCL fails the answer, robust passes it, and the
+    harness effect names the correction; the faults BFCL fails robust fails too."""
+    why = Counter()
+    for category in AST:
+        for entry, answer in items[category]:
+            truth = replayed(answer, entry["function"])
+            record = {"category": category, "functions": entry["function"], "answer": answer, "format": "prompt"}
+            for changed in (truth[::-1], _floats(truth), _underscored(truth)):
+                r = record | {"calls": changed}
+                if not rule_sets.bfcl(r).valid:
+                    assert rule_sets.robust(r).valid, (entry["id"], changed)
+                    why[rule_sets.cause(r, None, None)] += 1
+            for inject in (FAULTS["wrong argument"], FAULTS["missing call"], FAULTS["extra call"]):
+                assert not rule_sets.robust(record | {"calls": inject(truth)}).valid, entry["id"]
+    assert why[rule_sets.GREEDY] >= 1 and why[rule_sets.NUMBERS] > 100 and why[rule_sets.NAMES] > 100, why

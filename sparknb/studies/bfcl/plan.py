@@ -12,6 +12,7 @@ from pydantic import Field
 
 from ...endpoint.client import Endpoint, ServerInfo
 from ...errors import DataError
+from ...runs.params import load_model
 from ...runs.plan import COMPARED, IGNORED, RESUMED
 from ...runs.run import PastRun
 from ..batch import bfcl
@@ -34,9 +35,10 @@ class Plan(Sequential):
         list(CATEGORIES), min_length=1, description="BFCL's single-turn categories to draw from")
     per_category: int = Field(10, ge=0, description="items drawn per category, 0 or more; 0 asks every one")
     seed: int = Field(0, description="seed of the draw and of a sequential run's order, a whole number")
-    format: Annotated[Literal["native", "prompt"], RESUMED] = Field(
+    format: Annotated[Literal["native", "prompt", "model"], RESUMED] = Field(
         "native", description='"native": the functions as OpenAI tools, the calls read from tool_calls; "prompt": '
-        "BFCL's system prompt, the calls written as [func(arg=value)] in the answer")
+        "BFCL's system prompt, the calls written as [func(arg=value)] in the answer; \"model\": as the model's "
+        "params say (tool_format), native where they say nothing")
     max_tokens: MaxTokens
     temperature: Temperature
     concurrency: Concurrency
@@ -97,6 +99,8 @@ def prepare(plan: Plan, model: str) -> Work:
     """Draw the items and match them against the earlier runs: every refusal comes before a request."""
     from .scores import right
 
+    if plan.format == "model":  # resolved once: the run records the format it asked in
+        plan = plan.model_copy(update={"format": load_model(model).tool_format or "native"})
     dataset = {"name": f"BFCL v4 ({bfcl.WHEEL['package']} {bfcl.WHEEL['version']})", "sha256": bfcl.WHEEL["sha256"]}
     work = Work(plan, model, dataset, draw(plan))
     return work.matched(_reusable, _comparable, right, "item", "correct")
