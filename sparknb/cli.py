@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     p_serve = sub.add_parser("serve", help="start a test-bed model: a tiny one on the real vLLM CPU server or "
                              "llama-server, or the real SmolLM2-135M (smollm2 on either; its speculative servings on "
                              "llama-server only)")
-    p_serve.add_argument("name", choices=["tiny-dense", "tiny-moe", "smollm2", "smollm2-draft", "smollm2-ngram"])
+    p_serve.add_argument("name", choices=["tiny-dense", "tiny-moe", "smollm2", "smollm2-draft", "smollm2-ngram",
+                                          "smollm2-tools"])
     p_serve.add_argument("--engine", choices=TESTBED_ENGINES, default=TESTBED_ENGINES[0],
                          help="vLLM's CPU build (default), or llama.cpp's llama-server (built once if none is found)")
     p_model = sub.add_parser("model", help="describe a served model: params/models/NAME.yaml from its server")

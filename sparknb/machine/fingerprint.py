@@ -149,7 +149,8 @@ def project(project_dir: Path) -> dict:
 def _server(server: dict) -> dict:
     """The server as reported, plus dtype and quantization: as its engine read them from the server (llama-server's
     GGUF file type), else from the weights' own config where we can read it."""
-    result = dict(server) | {"settings": _settings(server)}
+    result = dict(server) | {"settings": _settings(server),
+                             "cache_tool_settings": _settings(server, "cache_tool_flags")}
     facts = server.get("facts") or {}
     if facts.get("dtype"):
         result["dtype"], result["quantization"] = facts["dtype"], facts.get("quantization", "not stated")
@@ -166,9 +167,11 @@ def _server(server: dict) -> dict:
     return result
 
 
-def _settings(server: dict) -> dict | None:
+def _settings(server: dict, kind: str = "speed_flags") -> dict | None:
     """What moves a CPU server's speed (threads, batch, slots), read from its command line where it runs on this
     machine: two runs of one model on llama-server differed 1.92x in batch speed with nothing recorded to say why.
+    With `kind` cache_tool_flags: its prefix-cache and tool-call settings (prompt cache, cache reuse, slots, tool
+    parser, template), which decide whether an agent's steps reuse their prefix and whether calls parse.
     None for an engine that names no such options; {"unknown": why} where the command line cannot be read."""
     from urllib.parse import urlsplit
 
@@ -176,13 +179,13 @@ def _settings(server: dict) -> dict | None:
     from ..serving.processes import LOCAL_HOSTS, listener_command
 
     engine = engines.ENGINES.get(server.get("engine") or "")
-    if engine is None or not engine.speed_flags or not isinstance(server.get("url"), str):
+    if engine is None or not getattr(engine, kind) or not isinstance(server.get("url"), str):
         return None
     parts = urlsplit(server["url"])
     argv = listener_command(parts.port) if parts.hostname in LOCAL_HOSTS and parts.port else None
     if argv is None:
         return {"unknown": "the server's command line could not be read (not on this machine, or another user's)"}
-    return engine.settings(argv)
+    return engine.settings(argv, getattr(engine, kind))
 
 
 def _weights_config(root: Any) -> dict | None:

@@ -57,9 +57,10 @@ class Lifecycle(Strict):
     on demand: the request itself starts the model, and nothing is started or stopped here).
     """
 
-    testbed: Literal["tiny-dense", "tiny-moe", "smollm2", "smollm2-draft", "smollm2-ngram"] | None = Field(
-        None, description="a test-bed model: a tiny random one, or the real SmolLM2-135M (its speculative servings "
-                          "llama.cpp only)")
+    testbed: Literal["tiny-dense", "tiny-moe", "smollm2", "smollm2-draft", "smollm2-ngram",
+                     "smollm2-tools"] | None = Field(
+        None, description="a test-bed model: a tiny random one, or the real SmolLM2-135M (its speculative and "
+                          "tool-calling servings llama.cpp only)")
     engine: str | None = Field(None, description=(
         "for `testbed`: the server it starts, vLLM's CPU build (the default) or llama.cpp's llama-server"))
     start: str | None = Field(None, min_length=1, description=(

@@ -13,6 +13,12 @@ loaded without it is never used), `smollm2-ngram` with llama-server's n-gram loo
 A draft identical to the model is accepted whenever decoding is greedy (measured: 3.88 tokens per step, 128
 tokens in 33 steps, for every kind of text at temperature 0): it shows the mechanics and the cost of drafting,
 not how acceptance moves with the text; n-gram lookup does that.
+
+A fourth, `smollm2-tools`, for tool calls: SmolLM2's own GGUF template renders no tools (the pinned llama-server
+with --jinja reports `supports_tools: False` in /props and drops a request's tools in silence), so this serving
+gives llama-server sparknb's own ChatML template with tools (templates/chatml-tools.jinja, the Hermes format:
+tools as JSON in the system turn, each call as JSON inside <tool_call></tool_call>, results inside
+<tool_response></tool_response>), which its --jinja chat parser turns back into `tool_calls`.
 """
 
 from __future__ import annotations
@@ -40,7 +46,11 @@ SPECULATION: dict[str, tuple[str, ...]] = {
     "smollm2-draft": ("--spec-type", "draft-simple", "--spec-draft-n-max", str(DRAFT_TOKENS)),
     "smollm2-ngram": ("--spec-type", "ngram-simple"),
 }
-NAMES = tuple(SPECULATION)
+TEMPLATE = Path(__file__).parent / "templates" / "chatml-tools.jinja"  # sparknb's own, shipped as package data
+# Two slots of 8,192 tokens (SmolLM2's trained context): one BFCL session's tools alone are 900 to 3,100 tokens a class
+TOOLS: dict[str, tuple[str, ...]] = {"smollm2-tools": ("--jinja", "--chat-template-file", str(TEMPLATE),
+                                                       "--parallel", "2")}
+NAMES = (*SPECULATION, *TOOLS)
 # 4 slots of 4,096 tokens: a 5-shot MMLU-Pro prompt and its answer fit one; the KV cache (f16, 30 layers of
 # 3 KV heads of 64) is 23 KiB per token, 368 MiB in all.
 PARALLEL, SLOT_CONTEXT = 4, 4096
@@ -102,11 +112,11 @@ def server_command(name: str, port: int, binary: Path, *, prompt_cache: bool = F
                    extra_args: Sequence[str] = ()) -> list[str]:
     """llama-server for one serving of the real model, as the tiny ones are served (gguf_models.llama_command),
     plus `--no-repack` where this machine's CPU crashes on repacked weights (cpu_repack) and the serving's
-    speculation."""
+    speculation or tool template."""
     model = gguf_file()
     draft = ("--model-draft", str(model)) if name == "smollm2-draft" else ()
     return llama_command(binary, model, SERVED, port, PARALLEL * SLOT_CONTEXT, PARALLEL, prompt_cache,
-                         [*cpu_repack.flags(binary, model), *draft, *SPECULATION[name], *extra_args])
+                         [*cpu_repack.flags(binary, model), *draft, *{**SPECULATION, **TOOLS}[name], *extra_args])
 
 
 def main() -> int:

@@ -96,8 +96,9 @@ def _vllm(name: str, port: int, extra_args: tuple[str, ...]) -> list[str]:
 def check_vllm(name: str) -> str:
     """The name, if vLLM's test bed serves it: the real model's speculative servings are llama-server's only."""
     if name in real_models.NAMES and name != real_models.SERVED:
-        raise LifecycleError(f"{name} is served by llama-server only (its speculation is llama-server's): use engine "
-                             f"llama.cpp, or {real_models.SERVED} for the same weights on vLLM")
+        raise LifecycleError(f"{name} is served by llama-server only (its speculation or tool template is "
+                             f"llama-server's): use engine llama.cpp, or {real_models.SERVED} for the same weights on "
+                             "vLLM")
     return name
 
 
