@@ -90,8 +90,8 @@ def draw(plan: Plan) -> list[Item]:
         entries, answers = bfcl.entries(category), bfcl.answers(category) if category != "irrelevance" else {}
         k = len(entries) if plan.per_category == 0 else min(plan.per_category, len(entries))
         chosen = sorted(random.Random(f"{plan.seed}:{category}").sample(range(len(entries)), k))
-        items += [Item(entries[i]["id"], category, entries[i], answers.get(entries[i]["id"], {}).get("ground_truth", []))
-                  for i in chosen]
+        items += [Item(entries[i]["id"], category, entries[i],
+                       answers.get(entries[i]["id"], {}).get("ground_truth", [])) for i in chosen]
     return items
 
 

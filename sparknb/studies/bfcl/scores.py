@@ -65,7 +65,8 @@ class Cost:
 
 def cost(df: pd.DataFrame, draws: int = 4000, seed: int = 0) -> Cost:
     solved = int(df["correct"].sum()) if len(df) else 0
-    return Cost(solved, len(df), _per_solved(df, "total_s", draws, seed), _per_solved(df, "completion_tokens", draws, seed))
+    return Cost(solved, len(df), _per_solved(df, "total_s", draws, seed),
+                _per_solved(df, "completion_tokens", draws, seed))
 
 
 def _per_solved(df: pd.DataFrame, column: str, draws: int, seed: int) -> stats.Interval | None:
