@@ -4,15 +4,21 @@ They are imported from the pinned wheel studies.batch.bfcl fetches (sha256-check
 installed: a dev extra (`pip install -e .[dev]`) would pull in bfcl-eval's declared dependencies (numpy pinned to 1.26.4, six vendor
 SDKs, faiss, sentence-transformers), which would break the project's own environment.
 
-One stand-in module: `bfcl_eval.constants.model_config` imports every vendor's model handler (anthropic, cohere,
-google-genai, ...), and the AST checker reads only `MODEL_CONFIG_MAPPING[model].underscore_to_dot` from it. The
-stand-in has two entries: `prompt` (names keep their dots, as BFCL's prompt-mode models) and `native` (dots written
-as underscores, as BFCL's function-calling models). Nothing else of the checkers is replaced.
+Stand-in modules, for what the checkers and the decoder import but never use here:
+- `bfcl_eval.constants.model_config` imports every vendor's model handler (anthropic, cohere, google-genai, ...),
+  and the AST checker reads only `MODEL_CONFIG_MAPPING[model].underscore_to_dot` from it. The stand-in has two
+  entries: `prompt` (names keep their dots, as BFCL's prompt-mode models) and `native` (dots written as underscores,
+  as BFCL's function-calling models);
+- `tree_sitter`, `tree_sitter_java` and `tree_sitter_javascript` (Java and JavaScript call parsers, which
+  model_handler/utils builds at import), where they are not installed: only the Python decoder is used.
+Nothing else of the checkers or of BFCL's prompt-mode decoder is replaced.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import json
 import os
 import sys
 import types
@@ -40,6 +46,40 @@ def _loaded() -> None:
     stand_in = types.ModuleType("bfcl_eval.constants.model_config")
     stand_in.MODEL_CONFIG_MAPPING = {name: _Config(dot) for name, dot in MODES.items()}
     sys.modules["bfcl_eval.constants.model_config"] = stand_in
+    for name in ("tree_sitter", "tree_sitter_java", "tree_sitter_javascript"):
+        if importlib.util.find_spec(name) is None:
+            sys.modules[name] = _unused(name)
+
+
+def _unused(name: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.language = lambda: None
+    module.Language = lambda *args: None
+    module.Parser = lambda: types.SimpleNamespace(set_language=lambda language: None)
+    return module
+
+
+def decoded(record: dict) -> list | None:
+    """A recorded answer decoded as BFCL decodes it, None where its decoder fails: prompt mode by its own
+    default_decode_ast_prompting on the text; native as its OpenAI function-calling handler's decode_ast does
+    (openai_completion.py: each tool call's arguments by json.loads; an answer without tool calls is its text,
+    which that loop fails on unless it is empty)."""
+    _loaded()
+    from bfcl_eval.model_handler.utils import default_decode_ast_prompting
+
+    try:
+        if record["format"] == "prompt":
+            return default_decode_ast_prompting(record["text"])
+        if not record["tool_calls"]:
+            return [] if not record["text"] else None
+        return [{c["name"]: json.loads(c["arguments"])} for c in record["tool_calls"]]
+    except Exception:  # BFCL's runner counts any decoder failure as no valid call
+        return None
+
+
+def graded(record: dict) -> dict:
+    """BFCL's verdict on a recorded answer, from its raw text or tool calls: BFCL's decoder, then its checker."""
+    return ast_check(record["category"], record["functions"], decoded(record), record["answer"], record["format"])
 
 
 def ast_check(category: str, functions: list, calls: list | None, answer: list, mode: str) -> dict:

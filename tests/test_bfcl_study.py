@@ -1,7 +1,7 @@
 """The bfcl study end to end through its notebook, against a replay server: a fake server by nature, since it
 answers BFCL's own ground truth (or that truth with a known fault), which no real model does on purpose. Every
-answer's grade is checked against bfcl-eval's own checker (tests/bfcl_reference.py) on the calls the study
-decoded from the wire: native tool_calls streamed in pieces, and prompt mode's `[f(a=1)]` text."""
+answer's grade is checked against bfcl-eval's own (tests/bfcl_reference.py), its decoder and checker run on the
+recorded answer: native tool_calls streamed in pieces, and prompt mode's `[f(a=1)]` text."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 from collections import Counter
 
 import pytest
-from bfcl_reference import ast_check, replayed
+from bfcl_reference import graded, replayed
 from support import FakeVllm, run_notebook, serve, strict
 
 from sparknb.runs.run import read_records, verify
@@ -100,10 +100,11 @@ def _run(tmp_path, fault: str, form: str, **more):
 
 
 def _agrees(records) -> Counter:
-    """Each record's grade against bfcl-eval's own checker on the same decoded calls; passed per category."""
+    """Each record's grade against bfcl-eval's own, from the raw answer through BFCL's own decoder and checker;
+    passed per category."""
     passed = Counter()
     for r in records:
-        theirs = ast_check(r["category"], r["functions"], r["calls"], r["answer"], r["format"])
+        theirs = graded(r)
         assert (r["correct"], r["error_type"] or "") == (theirs["valid"], theirs.get("error_type", "") if not
                                                          theirs["valid"] else ""), r["item"]
         passed[r["category"]] += r["correct"]
