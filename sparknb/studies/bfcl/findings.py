@@ -146,8 +146,9 @@ def _cost_sentence(c: Cost) -> str:
                 "missing): nothing to divide by.")
     tokens = f"{c.tokens.estimate:,.0f} tokens [{c.tokens.low:,.0f}, {c.tokens.high:,.0f}]" if c.tokens else \
         "tokens unknown"
-    return (f"Cost of a solved task: {c.seconds.estimate:.2f} s [{c.seconds.low:.2f}, {c.seconds.high:.2f}] and "
-            f"{tokens} per task solved ({c.solved} of {c.n}; 95%, {c.seconds.method}).")
+    return (f"Cost of a solved task: {c.seconds.estimate:.3g} s [{c.seconds.low:.3g}, {c.seconds.high:.3g}] and "
+            f"{tokens} per task solved ({c.solved} of {c.n}; 95%, {c.seconds.method}). The tokens are every "
+            "generated token: the server's count does not set a reasoning model's thinking apart.")
 
 
 def _format_effect(cmp: Paired, work: Work) -> list[Finding]:
