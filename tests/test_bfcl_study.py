@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 from bfcl_reference import graded, replayed
-from support import FakeVllm, run_notebook, serve, strict
+from support import FakeVllm, outputs_text, run_notebook, serve, strict
 
 from sparknb.runs.run import read_records, verify
 from sparknb.studies import bfcl as study
@@ -111,8 +111,13 @@ def _agrees(records) -> Counter:
     return passed
 
 
-def test_the_ground_truth_replayed_natively_passes_every_item_and_seals(tmp_path):
-    nb, folder, records = _run(tmp_path, "", "native")
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("native"), "", "native")
+
+
+def test_the_ground_truth_replayed_natively_passes_every_item_and_seals(native):
+    nb, folder, records = native
     assert verify(folder) == [] and len(records) == 5 * PER_CATEGORY
     assert sum(_agrees(records).values()) == len(records)
     assert all(r["tool_calls"] for r in records if r["category"] != "irrelevance")  # the calls came as tool_calls
@@ -134,3 +139,14 @@ def test_a_fault_replayed_in_prompt_mode_is_graded_as_bfcl_grades_it(tmp_path, f
     problems = strict(folder / "summary.json")["problems"]
     assert problems[UNWANTED] == (PER_CATEGORY if fault == "unwanted call" else 0)
     assert problems[UNPARSED] == 0  # prompt mode's text was read back into the same calls
+
+
+def test_the_same_tasks_in_prompt_mode_give_the_formats_effect_paired(tmp_path, native):
+    """The ground truth in prompt mode against the native run on the same tasks: the same grades, so the format's
+    effect is nothing, paired task by task."""
+    _, theirs, _ = native
+    nb, folder, records = _run(tmp_path, "", "prompt", compare_with=str(theirs))
+    assert sum(_agrees(records).values()) == len(records)
+    comparison = strict(folder / "summary.json")["comparison"]
+    assert comparison["pairs"]["n"] == len(records) and comparison["difference"]["estimate"] == 0
+    assert "The format's effect, prompt minus native on the same tasks: +0.0 points" in outputs_text(nb)

@@ -5,6 +5,7 @@ the run keeps."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 
@@ -33,6 +34,7 @@ NO_CALL = "no call where one was wanted"
 UNWANTED = "a call where none was wanted"
 PROBLEMS = (UNPARSED, NOT_OFFERED, WRONG_TYPE, MISSING, EXTRA, FEWER, NO_CALL, UNWANTED)
 CUT = "cut at max_tokens"
+CALL_START = re.compile(r"(\[|[A-Za-z_][\w.]*\s*\(|$)")  # how a text BFCL's decoder could still read begins
 IN_CONTENT = "calls written into the text, not as tool calls"
 
 
@@ -67,15 +69,24 @@ def _argument_problems(args: dict, spec: dict) -> list[str]:
 
 
 def traps(records: Sequence[dict], share: float) -> Traps:
-    """Answers that cannot be judged as they are: cut at max_tokens, or (native) calls the server left in the
-    text because it has no tool-call parser or the template has no tools."""
+    """Answers that cannot be judged as they are: cut at max_tokens where the rest could still have changed the
+    grade, or (native) calls the server left in the text because it has no tool-call parser or the template has
+    no tools."""
     done, counts, examples = graded(records), Counter({CUT: 0, IN_CONTENT: 0}), []
     for r in done:
-        flag = CUT if r.get("finish_reason") == "length" else IN_CONTENT if _in_content(r) else None
+        flag = CUT if _cut_undecided(r) else IN_CONTENT if _in_content(r) else None
         if flag:
             counts[flag] += 1
             examples += [{"question_id": r["item"], "flag": flag, "text": r.get("text", "")}][: 3 - len(examples)]
     return BfclTraps(len(done), dict(counts), share, (), examples)
+
+
+def _cut_undecided(r: dict) -> bool:
+    """Cut at max_tokens, and not already decided: a prompt-mode answer that begins with prose fails BFCL's
+    decoder whatever would have followed (the whole text must be calls); a native one could still end in a call."""
+    if r.get("finish_reason") != "length":
+        return False
+    return r.get("format") == "native" or bool(CALL_START.match((r.get("text") or "").strip("`\n ")))
 
 
 def _in_content(r: dict) -> bool:
