@@ -19,7 +19,7 @@ def test_a_study_is_found_by_its_name_and_a_notebook_by_its_path(tmp_path):
     own = tmp_path / "mine.ipynb"
     own.write_text("{}")
     assert execute.notebook_path(str(own)) == own
-    with pytest.raises(ExecuteError, match=r"No notebook 'decod'\. Known: decode, prefill, mtp, load, mmlu_pro"):
+    with pytest.raises(ExecuteError, match=r"No notebook 'decod'\. Known: decode, prefill, mtp, load, agent, mmlu_pro"):
         execute.notebook_path("decod")
 
 

@@ -77,6 +77,10 @@ class Engine:
         endpoint.completion.Completion); None where the server does not tell it, never an estimate."""
         return done.usage_cached_tokens
 
+    def render_chat(self, post: Post, model: str, messages: list[dict], tools: list[dict] | None) -> str | None:
+        """A chat request's prompt as the server's template renders it (tools included), or None where it cannot."""
+        return None
+
     def template_caps(self, ask: Post) -> dict | None:
         """What the server says its chat template can render (supports_tools, supports_tool_calls, ...), or None
         where it does not say: then only the prompt's token count with and without tools tells."""

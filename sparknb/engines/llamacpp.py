@@ -95,10 +95,8 @@ class LlamaCpp(Engine):
         return None if answer is None else answer["tokens"]
 
     def tokenize_chat(self, post: Post, model: str, messages: list[dict]) -> list[int] | None:
-        applied = post("/apply-template", {"messages": messages})
-        if applied is None or "prompt" not in applied:
-            return None
-        return self.tokenize(post, model, applied["prompt"], True)
+        text = self.render_chat(post, model, messages, None)
+        return None if text is None else self.tokenize(post, model, text, True)
 
     def timings(self, block: dict) -> dict:
         def seconds(key: str) -> float | None:
@@ -115,6 +113,10 @@ class LlamaCpp(Engine):
         """`timings.cache_n`, the slot's own count; usage's cached_tokens where no timings came."""
         cached = (done.server or {}).get("cached_tokens")
         return cached if cached is not None else done.usage_cached_tokens
+
+    def render_chat(self, post: Post, model: str, messages: list[dict], tools: list[dict] | None) -> str | None:
+        applied = post("/apply-template", {"messages": messages, **({"tools": tools} if tools else {})})
+        return applied.get("prompt") if isinstance(applied, dict) else None
 
     def template_caps(self, ask: Post) -> dict | None:
         """/props `chat_template_caps` (given with --jinja)."""
@@ -163,7 +165,8 @@ class LlamaCpp(Engine):
                 "max_model_len": slot.get("n_ctx") or meta.get("n_ctx"),
                 "dtype": ftype or "not stated", "quantization": _quantization(ftype),
                 "parameters": meta.get("n_params"), "weights_bytes": meta.get("size"),
-                "context_trained": meta.get("n_ctx_train"), "slots": props.get("total_slots")}
+                "context_trained": meta.get("n_ctx_train"), "slots": props.get("total_slots"),
+                "chat_template_caps": props.get("chat_template_caps")}  # with --jinja: whether it renders tools
 
 
 def _quantization(ftype: str | None) -> str:

@@ -1,0 +1,124 @@
+"""The agent study's tables, from its records alone: one row a step, one row a session.
+
+A step's prompt splits by the server's own per-request count into the tokens it served from its prefix cache and
+the tokens it prefilled; of those, the ones the previous request of the session had already sent (its prompt)
+should have been cached. A session's wait on the model is the sum of its requests' times (sending to the last
+byte), split into prefill of new tokens, prefill the cache should have saved (the server's prefill time, shared out
+by tokens) and the rest (decode, and anything the server does not time); tool time is apart.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ...verdicts.stats import median_interval
+from ...verdicts.verdict import Row, Runs, caveats, median_row
+
+STEP_COLUMNS = ["session", "turn", "step", "ttft_ms", "tool_call_ms", "content_ms", "prompt_tokens", "cached_tokens",
+                "cached_share", "sent_before", "should_cache", "prefill_ms", "decode_tok_s", "output_tokens", "finish",
+                "calls", "parsed", "total_s"]
+
+
+def step_table(records: list[dict]) -> pd.DataFrame:
+    """One row a step answered (errors apart), in the order sent."""
+    rows, before = [], {}
+    for r in records:
+        if r.get("kind") != "step" or "error" in r:
+            continue
+        prior = before.get(r["session"])
+        rows.append(_step(r, prior, _ms))
+        before[r["session"]] = r
+    parsed = _parsed(records)
+    df = pd.DataFrame(rows, columns=STEP_COLUMNS[:-3] + ["total_s"]) if rows else pd.DataFrame(columns=STEP_COLUMNS)
+    if len(df):
+        keys = list(zip(df["session"], df["turn"], df["step"]))
+        df["calls"] = [parsed.get(k, (None, None))[0] for k in keys]
+        df["parsed"] = [parsed.get(k, (None, None))[1] for k in keys]
+    return df[STEP_COLUMNS]
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else 1000 * value
+
+
+def _step(r: dict, prior: dict | None, ms) -> dict:
+    per = (r.get("server") or {}).get("per_request") or {}
+    prompt, cached = r.get("prompt_tokens"), r.get("cached_tokens")
+    sent_before = prior.get("prompt_tokens") if prior else 0
+    new = None if prompt is None or cached is None else prompt - cached
+    return {"session": r["session"], "turn": r["turn"], "step": r["step"], "ttft_ms": ms(r.get("ttft_s")),
+            "tool_call_ms": ms(r.get("tool_call_s")), "content_ms": ms(r.get("content_s")), "prompt_tokens": prompt,
+            "cached_tokens": cached, "cached_share": cached / prompt if prompt and cached is not None else None,
+            "sent_before": sent_before,
+            "should_cache": None if new is None or sent_before is None else max(0, min(new, sent_before - cached)),
+            "prefill_ms": ms(per.get("prefill_s")), "decode_tok_s": r.get("decode_tokens_per_s"),
+            "output_tokens": r.get("completion_tokens"), "finish": r.get("finish_reason"), "total_s": r.get("total_s")}
+
+
+def _parsed(records: list[dict]) -> dict:
+    """(session, turn, step) -> (calls executed, whether they parsed), from the tools records."""
+    return {(r["session"], r["turn"], r["step"]): (len(r["calls"]), r.get("parse_error") is None)
+            for r in records if r.get("kind") == "tools"}
+
+
+def session_table(records: list[dict]) -> pd.DataFrame:
+    """One row a session: its wait on the model, split; its tool time; steps and tokens."""
+    df = step_table(records)
+    tools = pd.DataFrame([r for r in records if r.get("kind") == "tools"], columns=["session", "tool_s"])
+    rows = []
+    for session, mine in df.groupby("session", sort=False):
+        rows.append(_session(session, mine, tools[tools["session"] == session]["tool_s"].sum()))
+    return pd.DataFrame(rows)
+
+
+def _session(session: str, s: pd.DataFrame, tool_s: float) -> dict:
+    prefill = s["prefill_ms"].astype(float) / 1000
+    new = (s["prompt_tokens"] - s["cached_tokens"]).astype(float)
+    share = (s["should_cache"].astype(float) / new).where(new > 0, 0.0)
+    wait = float(s["total_s"].sum())
+    saved, known = float((prefill * share).sum()), bool(prefill.notna().all() and s["cached_tokens"].notna().all())
+    return {"session": session, "steps": len(s), "wait_s": wait,
+            "prefill_new_s": float((prefill * (1 - share)).sum()) if known else None,
+            "prefill_lost_s": saved if known else None,
+            "decode_and_rest_s": wait - float(prefill.sum()) if known else None, "tool_s": tool_s,
+            "prompt_tokens": int(s["prompt_tokens"].sum()),
+            "cached_tokens": int(s["cached_tokens"].sum()) if known else None,
+            "output_tokens": int(s["output_tokens"].fillna(0).sum())}
+
+
+def headline_rows(runs: Runs) -> list[Row]:
+    """The agent's wait per session (paired by session where both ran the same ones: a replay), TTFT at step 1 and
+    at steps 2+, and the cached share of the prompt at steps 2+."""
+    from .plan import Plan
+
+    mine = runs.of("agent")
+    if not mine:
+        return []
+    tables = {s: step_table(r.records) for s, r in mine.items()}
+    marks = {s: caveats(r) for s, r in mine.items()}
+    apart = Plan.same(mine)
+    first = {s: t[(t["turn"] == 0) & (t["step"] == 0)]["ttft_ms"].dropna().tolist() for s, t in tables.items()}
+    later = {s: t[(t["turn"] > 0) | (t["step"] > 0)]["ttft_ms"].dropna().tolist() for s, t in tables.items()}
+    share = {s: t[(t["turn"] > 0) | (t["step"] > 0)]["cached_share"].dropna().tolist() for s, t in tables.items()}
+    return [wait_row(mine, runs.base, marks, apart),
+            median_row("agent", "TTFT ms, a session's first step", first, runs.base, better="lower", caveats=marks,
+                       not_comparable=apart),
+            median_row("agent", "TTFT ms, steps 2+", later, runs.base, better="lower", caveats=marks,
+                       not_comparable=apart),
+            median_row("agent", "cached share of the prompt, steps 2+", share, runs.base, better="higher",
+                       caveats=marks, not_comparable=apart, role="context")]
+
+
+def wait_row(mine: dict, base: str, marks: dict, apart: str) -> Row:
+    """Seconds the agent waited on the model per session; each subject's ratio to the base is the median of the
+    per-session ratios over the sessions both ran (paired), with its interval."""
+    waits = {s: session_table(r.records).set_index("session")["wait_s"] for s, r in mine.items()}
+    ratios = {}
+    for s, w in waits.items():
+        both = w.index.intersection(waits[base].index)
+        if s != base and len(both):
+            ratios[s] = median_interval((w[both] / waits[base][both]).tolist())
+    return Row("agent", "seconds waited on the model per session (paired by session)",
+               {s: float(w.median()) if len(w) else None for s, w in waits.items()},
+               {s: len(w) for s, w in waits.items()}, ratios, "lower", "ratio", "verdict",
+               {s: c for s, c in marks.items() if c}, apart)

@@ -1,0 +1,151 @@
+"""How the agent study measures: the tools checked on the server before the first session, then each session's
+steps sent one session at a time (study.request: the server's counters around every request) or several in flight
+(the asyncio client), and, where a step lost its cache, the server's own re-rendering of the prompt to say where.
+
+Before the first session, native mode asks the server twice, with the tools and without (one token each): a
+server that refuses `tools` is named with the option that enables them, and one that accepts them but renders the
+same prompt without them (the pinned llama-server with --jinja and SmolLM2's own template: 41 tokens both ways,
+`/props` supports_tools False) is refused there, before a session is spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ...endpoint import stream
+from ...errors import EndpointError, ParamsError
+from .plan import Plan, sessions
+from .sessions import Replay, Session
+
+PROBE = [{"role": "user", "content": "Change into the folder named 'document'."}]
+LOST = 0.5  # a step that kept less than this share of the prompt it had sent before lost its cache
+
+
+def measure(study, plan: Plan) -> list[dict]:
+    fields = {"max_tokens": plan.max_tokens, "temperature": plan.temperature}
+    with study.measuring():
+        runs = replays(plan, fields, study.run.record) if plan.replayed else lives(plan, fields, study.run.record)
+        study.run.record({"kind": "drawn", "sessions": [s.id for s in runs], "source": source(plan)})
+        if plan.mode == "native" and not plan.replayed:
+            probe_tools(study, runs[0].fields["tools"])
+        if plan.in_flight == 1:
+            for session in runs:
+                one(study, session)
+        else:
+            stream.run(lambda: many(study.streaming(), runs, plan.in_flight, study.run.record))
+        diagnose(study, runs)
+    return study.records()
+
+
+def source(plan: Plan) -> str:
+    return f"replay of {plan.replayed.id}" if plan.replayed else sessions(plan)[1]
+
+
+def lives(plan: Plan, fields: dict, record) -> list[Session]:
+    return [Session(e, plan.mode, plan.max_steps, fields, record) for e in sessions(plan)[0]]
+
+
+def replays(plan: Plan, fields: dict, record) -> list[Replay]:
+    """The live run's sessions, each with its own records, to replay; a replay of a replay is refused."""
+    records = plan.replayed.records
+    openings = [r for r in records if r.get("kind") == "session"]
+    if not openings or any(r.get("replayed") for r in openings):
+        raise ParamsError(f"replay_from {plan.replayed.id} is not a live agent run with sessions; name a sealed run "
+                          "of live sessions (replay_from empty).")
+    return [Replay(o, [r for r in records if r.get("session") == o["session"] and r.get("kind") in ("step", "tools")],
+                   fields, record) for o in openings]
+
+
+def probe_tools(study, tools: list[dict]) -> None:
+    """The tools reach the prompt, else refused before any session (see the module's docstring)."""
+    ep = study.endpoint
+    try:
+        bare = study.request({"kind": "probe", "tools": False}, lambda e: e.chat(PROBE, max_tokens=1))
+        given = study.request({"kind": "probe", "tools": True}, lambda e: e.chat(PROBE, max_tokens=1, tools=tools))
+    except EndpointError as e:
+        raise ParamsError(f"The server refused a request with tools ({e}). {ep.engine.tool_parser_fix}; or ask with "
+                          "mode='prompt' (BFCL's system prompt, no tools parameter).") from None
+    caps = ep.engine.template_caps(ep._ask)
+    said = "" if caps is None else f"; its /props chat_template_caps say supports_tools {caps.get('supports_tools')}"
+    if given["prompt_tokens"] == bare["prompt_tokens"] or (caps is not None and not caps.get("supports_tools")):
+        raise ParamsError(
+            f"TOOLS DROPPED IN SILENCE: the server accepted {len(tools)} tools and rendered a prompt of "
+            f"{given['prompt_tokens']} tokens, against {bare['prompt_tokens']} without them{said}. Its chat template "
+            f"renders no tools, so the model never sees them. Fix: a tool-capable template "
+            f"({ep.engine.tool_parser_fix}), or mode='prompt'.")
+
+
+def one(study, session) -> None:
+    """A session's steps one after the other, each through study.request."""
+    steps = session.steps()
+    request = next(steps, None)
+    while request is not None:
+        tag, fields = request
+        messages = list(session.messages)
+        answer = study.request(tag, lambda ep: ep.chat(messages, **fields))
+        request = _next(steps, answer)
+
+
+def _next(steps, answer: dict):
+    try:
+        return steps.send(answer)
+    except StopIteration:
+        return None
+
+
+async def many(endpoint: stream.AsyncEndpoint, runs: list, in_flight: int, record) -> None:
+    """`in_flight` sessions at once, a new one started as one ends."""
+    queue = iter(runs)
+
+    async def worker() -> None:
+        for session in queue:
+            steps = session.steps()
+            request = next(steps, None)
+            while request is not None:
+                tag, fields = request
+                try:
+                    done = await endpoint.chat(list(session.messages), **fields)
+                    answer = {**tag, **done.as_dict(), "server": {"per_request": done.server}, "in_flight": in_flight}
+                except EndpointError as e:
+                    answer = {**tag, "error": f"{type(e).__name__}: {e}"}
+                record(answer)
+                request = _next(steps, answer)
+
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+
+
+def diagnose(study, runs: list) -> None:
+    """Each step that lost its cache: the previous request's prompt and this one's, rendered and tokenized by the
+    server itself, and the first token where they differ (none: the server did not keep an unchanged prefix)."""
+    steps = [r for r in study.records() if r.get("kind") == "step" and "error" not in r]
+    by_session: dict[str, list[dict]] = {}
+    for r in steps:
+        by_session.setdefault(r["session"], []).append(r)
+    for session in runs:
+        records = by_session.get(session.id, [])
+        for before, after in zip(records, records[1:]):
+            if lost(before, after) and len(session.sent) == len(records):
+                study.run.record(where_it_broke(study.endpoint, session, records, before, after))
+
+
+def lost(before: dict, after: dict) -> bool:
+    cached, sent = after.get("cached_tokens"), before.get("prompt_tokens")
+    return cached is not None and bool(sent) and cached < LOST * sent
+
+
+def where_it_broke(ep, session, records: list[dict], before: dict, after: dict) -> dict:
+    """The two prompts as the server renders them (its chat template, the session's tools), tokenized by it: the
+    first token where they differ, and the text there."""
+    upto = records.index(after)
+    out = {"kind": "cache_check", "session": session.id, "turn": after["turn"], "step": after["step"],
+           "prompt_before": before["prompt_tokens"], "cached": after["cached_tokens"]}
+    texts = [ep.engine.render_chat(ep._ask, ep.model, session.sent[i], session.fields.get("tools"))
+             for i in (upto - 1, upto)]
+    if None in texts:
+        return out | {"first_difference": None, "why": f"{ep.engine.name} cannot render a prompt (no /apply-template)"}
+    first, second = (ep.tokenize(t) for t in texts)
+    at = next((i for i, (a, b) in enumerate(zip(first, second)) if a != b), None)
+    char = next((i for i, (a, b) in enumerate(zip(*texts)) if a != b), None)
+    return out | {"first_difference": at, "rendered_before": len(first),
+                  "text_before": texts[0][max(0, char - 60):char + 60] if char is not None else None,
+                  "text_after": texts[1][max(0, char - 60):char + 60] if char is not None else None}

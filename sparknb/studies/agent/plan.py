@@ -1,0 +1,116 @@
+"""The agent study's parameters, and the sessions decided before any request.
+
+Sessions are BFCL v4's multi-turn ones (studies.batch.bfcl), drawn evenly across their first involved class and
+seeded, or read from a JSONL file of BFCL's shape; a session whose classes sparknb cannot run (MathAPI: mpmath) is
+left out of the draw, and named where asked for. `replay_from` names a sealed live run: its sessions are then
+replayed, the same messages at every step, each answer of a fixed length (the live answer's own), so that two
+models' speeds compare on the same work.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from ...errors import DataError
+from ...runs import plan
+from ...runs.plan import COMPARED, IGNORED
+from ...runs.run import PastRun, read_past
+from ..batch import bfcl
+from ..batch.plan import Temperature
+
+NOTEBOOK = "agent"
+SHAPE = ("id", "question", "initial_config", "involved_classes")  # what a session line of BFCL's must have
+
+
+class Plan(plan.Plan):
+    study: ClassVar[str] = NOTEBOOK
+    sessions: int = Field(4, ge=1, description="sessions to run, 1 or more, drawn evenly across BFCL's classes")
+    seed: Annotated[int, COMPARED] = Field(0, description="the draw's seed")
+    session_ids: list[str] = Field([], description="BFCL ids to run instead of a draw, e.g. ['multi_turn_base_0']")
+    sessions_file: str = Field("", description="a JSONL file of sessions in BFCL's multi-turn shape (id, question, "
+                               "initial_config, involved_classes), or empty for BFCL's multi_turn_base")
+    mode: Annotated[Literal["native", "prompt"], COMPARED] = Field(
+        "native", description="native (OpenAI `tools`, the server parses calls) or prompt (BFCL's system prompt, the "
+        "model writes [func(arg=...)])")
+    max_steps: Annotated[int, COMPARED] = Field(5, ge=1, description="requests per user turn at most, 1 or more")
+    max_tokens: Annotated[int, COMPARED] = Field(256, ge=1, description="the longest answer of a step, 1 or more")
+    temperature: Temperature
+    replay_from: Annotated[str, IGNORED] = Field("", description="a sealed live agent run to replay for speed: "
+                                                 "its messages at every step, its answer lengths")
+    in_flight: Annotated[int, COMPARED] = Field(1, ge=1, description="sessions at once, 1 or more")
+    compare_with: Annotated[plan.RunIds, IGNORED] = Field([], description="earlier agent runs: folders or run ids")
+
+    def _read_past(self) -> dict[str, list[PastRun]]:
+        found = super()._read_past()
+        if self.replay_from:
+            found["replay_from"] = read_past(self.replay_from, NOTEBOOK, what="replay_from", outputs=self.outputs)
+        return found
+
+    @property
+    def replayed(self) -> PastRun | None:
+        return next(iter(self._runs.get("replay_from", [])), None)
+
+
+def sessions(plan: Plan) -> tuple[list[dict], str]:
+    """The sessions to run and where they came from, every one checked runnable before any request."""
+    entries, source = _source(plan)
+    if plan.session_ids:
+        by_id = {e["id"]: e for e in entries}
+        missing = [i for i in plan.session_ids if i not in by_id]
+        if missing:
+            raise DataError(f"session_ids names sessions not in {source}: {', '.join(missing)}.")
+        chosen = [by_id[i] for i in plan.session_ids]
+        refused = [f"{e['id']}: {why}" for e in chosen if (why := bfcl.refusal(e["involved_classes"]))]
+        if refused:
+            raise DataError("Cannot run these sessions:\n  " + "\n  ".join(refused))
+        return chosen, source
+    return draw([e for e in entries if not bfcl.refusal(e["involved_classes"])], plan.sessions, plan.seed), source
+
+
+def _source(plan: Plan) -> tuple[list[dict], str]:
+    if not plan.sessions_file:
+        return bfcl.entries("multi_turn_base"), f"BFCL v4 multi_turn_base ({bfcl.WHEEL['file']})"
+    path = Path(plan.sessions_file).expanduser()
+    if not path.is_file():
+        raise DataError(f"sessions_file {path} is not a file; give a JSONL file of BFCL multi-turn sessions.")
+    from ..batch.data import jsonl
+
+    entries = [item for _, _, item in jsonl(path, path.read_text(), ", ".join(SHAPE), "id")]
+    for number, entry in enumerate(entries, 1):
+        _check_shape(entry, f"{path.name} session {number}")
+    return entries, str(path)
+
+
+def _check_shape(entry: dict, where: str) -> None:
+    """A session of BFCL's multi-turn shape, else refused naming what is wrong and the shape wanted."""
+    missing = [k for k in SHAPE if k not in entry]
+    turns = entry.get("question")
+    bad = missing or not isinstance(turns, list) or not turns or not all(
+        isinstance(t, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in t) for t in turns)
+    if bad or not isinstance(entry.get("involved_classes"), list):
+        what = f"it lacks {', '.join(missing)}" if missing else "its question is not a list of turns of messages"
+        raise DataError(f"{where} is not of BFCL's multi-turn shape ({what}): each line needs id, question (a list of "
+                        "turns, each a list of {role, content} messages), initial_config and involved_classes, as in "
+                        "BFCL_v4_multi_turn_base.json.")
+    why = bfcl.refusal(entry["involved_classes"])
+    if why:
+        raise DataError(f"{where} ({entry['id']}): {why}.")
+
+
+def draw(entries: list[dict], n: int, seed: int) -> list[dict]:
+    """`n` sessions, evenly across their first involved class (round robin over the classes, each shuffled by the
+    seed), so that no one backend's sessions crowd the others out."""
+    rng = random.Random(seed)
+    groups: dict[str, list[dict]] = {}
+    for entry in entries:
+        groups.setdefault(entry["involved_classes"][0], []).append(entry)
+    for group in groups.values():
+        rng.shuffle(group)
+    order = sorted(groups)
+    chosen = [groups[c][i] for i in range(max(map(len, groups.values()), default=0)) for c in order
+              if i < len(groups[c])]
+    return chosen[:n]

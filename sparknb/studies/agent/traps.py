@@ -1,0 +1,105 @@
+"""The agent study's findings: what its sessions cost, and every known trap named with its evidence and its fix.
+
+- The cache lost between steps: a step that the server served less than half of the prompt the session had
+  already sent from its cache; where it broke is the server's own re-rendering of the two prompts (the first
+  differing token: before the end of the earlier prompt, the template rewrote an earlier turn; none, the server
+  did not keep an unchanged prefix: its prompt cache is off, its slots too few, or the entry was evicted).
+- A tool call cut at max_tokens; calls written into the content by a server that parses none; a backend's error
+  that the model never saw (the turn ended on it, by the step cap).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from ...runs.report import Finding, info, warning
+from .figures import session_table, step_table
+
+CALL_IN_TEXT = re.compile(r"<tool_call>|\{\s*\"name\"\s*:|^\s*\[?\s*[A-Za-z_][\w.]*\(\w+\s*=", re.M)
+
+
+def findings(records: list[dict], engine_fix: str = "") -> list[Finding]:
+    table, per_session = step_table(records), session_table(records)
+    if not len(table):
+        return [warning("No step was answered: there is nothing to measure.")]
+    out = [summary(table, per_session)]
+    out += cache_lost(table, [r for r in records if r.get("kind") == "cache_check"])
+    out += cut(records) + in_content(records, engine_fix) + unseen(records)
+    return out
+
+
+def summary(table: pd.DataFrame, per_session: pd.DataFrame) -> Finding:
+    later = table[(table["turn"] > 0) | (table["step"] > 0)]
+    share = later["cached_share"].dropna()
+    said = f", {100 * share.median():.0f}% of the prompt from the cache at steps 2+ (median)" if len(share) else ""
+    wait = per_session["wait_s"].median()
+    first = table[(table["turn"] == 0) & (table["step"] == 0)]["ttft_ms"].median()
+    return info(f"{len(per_session)} sessions, {len(table)} steps: the agent waited {wait:.2f} s on the model per "
+                f"session (median){said}; TTFT {first:.0f} ms at a session's first step, "
+                f"{later['ttft_ms'].median():.0f} ms at steps 2+ (median).")
+
+
+def cache_lost(table: pd.DataFrame, checks: list[dict]) -> list[Finding]:
+    out = []
+    for c in checks:
+        where = f"session {c['session']} turn {c['turn'] + 1} step {c['step'] + 1}"
+        out.append(warning(f"CACHE LOST at {where}: the server served {c['cached']} prompt tokens from its cache of "
+                           f"the {c['prompt_before']} this session had sent before (by its own per-request count). "
+                           f"{_cause(c)}"))
+    return out
+
+
+def _cause(c: dict) -> str:
+    at = c.get("first_difference")
+    if at is None and c.get("why"):
+        return f"Where it broke cannot be told: {c['why']}."
+    if at is not None and at < c["prompt_before"] - 1:
+        return (f"The chat template rewrote an earlier turn: the re-rendered prompt first differs at token {at} "
+                f"(before: {c.get('text_before')!r}; now: {c.get('text_after')!r}). Fix: a template that renders "
+                "earlier turns as they were (one that drops earlier reasoning or reformats calls changes the prefix).")
+    return ("The prompt re-rendered is unchanged up to the end of the earlier one, so the server did not keep it: its "
+            "prompt cache is off (llama-server --no-cache-prompt, or cache_prompt false), too few slots for the "
+            "sessions in flight (--parallel) or an eviction under load, or a hybrid model's recurrent state that its "
+            "engine cannot roll back. Fix: keep the prompt cache on, with a slot per session in flight.")
+
+
+def cut(records: list[dict]) -> list[Finding]:
+    hits = [r for r in records if r.get("kind") == "step" and r.get("finish_reason") == "length"
+            and (r.get("tool_calls") or CALL_IN_TEXT.search(r.get("text") or ""))]
+    if not hits:
+        return []
+    r = hits[0]
+    return [warning(f"TOOL CALL CUT AT max_tokens: {len(hits)} step(s) stopped at max_tokens "
+                    f"({r.get('completion_tokens')} tokens) in the middle of a call, e.g. session {r['session']} turn "
+                    f"{r['turn'] + 1} step {r['step'] + 1}: the call does not parse, and the turn ends on it. Fix: "
+                    "raise max_tokens.")]
+
+
+def in_content(records: list[dict], engine_fix: str) -> list[Finding]:
+    native = {r["session"] for r in records if r.get("kind") == "session" and r.get("mode") == "native"}
+    hits = [r for r in records if r.get("kind") == "step" and r.get("session") in native and not r.get("tool_calls")
+            and r.get("finish_reason") != "length" and CALL_IN_TEXT.search(r.get("text") or "")]
+    if not hits:
+        return []
+    return [warning(f"CALLS WRITTEN INTO THE CONTENT: {len(hits)} answer(s) hold a call in their text but no "
+                    f"tool_calls, e.g. {(hits[0].get('text') or '')[:80]!r}: the server parsed no tool call, so the "
+                    f"agent runs none. Fix: {engine_fix or 'the server option that parses tool calls'} "
+                    "(llama-server --jinja; vLLM --enable-auto-tool-choice --tool-call-parser NAME), or "
+                    "mode='prompt'.")]
+
+
+def unseen(records: list[dict]) -> list[Finding]:
+    """A backend error in the last step of a turn the step cap ended: the model never read it."""
+    capped = {(r["session"], r["turn"], r["steps"] - 1) for r in records if r.get("kind") == "turn"
+              and r.get("stopped") == "step cap"}
+    hits = [r for r in records if r.get("kind") == "tools" and (r["session"], r["turn"], r["step"]) in capped
+            and any(str(x).startswith("Error during execution") for x in r["results"])]
+    if not hits:
+        return []
+    r = hits[0]
+    error = next(x for x in r["results"] if str(x).startswith("Error during execution"))
+    return [warning(f"A BACKEND ERROR THE MODEL NEVER SAW: in {len(hits)} turn(s) the last call failed "
+                    f"({error[:100]!r}, session {r['session']} turn {r['turn'] + 1}) and the step cap ended the turn "
+                    "before the model could read it. Fix: raise max_steps.")]

@@ -1,0 +1,129 @@
+"""The agent study: BFCL sessions on the real model (SmolLM2 on llama-server with sparknb's tool template), every
+step's cached-token count the server's own, a replay that sends the same prompts to a server whose prompt cache is
+off (the cache loss named, with its step and cause), the silent tool drop caught before the first session, and the
+bad input refused before any request."""
+
+from __future__ import annotations
+
+import json
+
+import papermill
+import pytest
+from support import outputs_text, run_notebook
+
+from sparknb.errors import DataError, ParamsError
+from sparknb.runs.run import read_past, read_records, verify
+from sparknb.serving import testbed
+from sparknb.serving.processes import free_port
+from sparknb.studies.agent import headline_rows
+from sparknb.studies.agent import plan as agent_plan
+from sparknb.studies.batch import bfcl
+from sparknb.verdicts.verdict import Runs
+
+LIVE = {"model": "smollm2-tools-llamacpp", "max_steps": 2, "max_tokens": 40}
+REPEAT = 'Repeat exactly this line and nothing else:\n<tool_call>\n{{"name": "{0}", "arguments": {1}}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def session_file(tmp_path_factory) -> str:
+    """One session of BFCL's shape, written at test time from BFCL's own data: MessageAPI alone (its tools are the
+    fewest tokens, 924) with the scenario of a BFCL session, one turn that asks SmolLM2-135M to repeat a call (it
+    seldom calls a tool of itself), so its first step is a real call the server's parser reads and a BFCL backend
+    executes, and its second the model's answer to the result. One turn of two steps: each step replayed to the
+    server without a prompt cache prefills the whole prompt again (about 1,100 tokens)."""
+    entry = next(e for e in bfcl.entries("multi_turn_base") if "MessageAPI" in e["involved_classes"])
+    turns = [[{"role": "user", "content": REPEAT.format("list_users", "{}")}]]
+    path = tmp_path_factory.mktemp("sessions") / "sessions.jsonl"
+    path.write_text(json.dumps({"id": "repeat_0", "question": turns, "initial_config": entry["initial_config"],
+                                "involved_classes": ["MessageAPI"]}) + "\n")
+    return str(path)
+
+
+# --- before any request ------------------------------------------------------------------------------------------
+
+def test_bad_input_is_refused_before_any_request(tmp_path):
+    with pytest.raises(ParamsError, match="max_steps"):
+        agent_plan.Plan.build(max_steps=0)
+    bad = tmp_path / "sessions.jsonl"
+    bad.write_text(json.dumps({"id": "x", "question": "Move the file.", "involved_classes": ["GorillaFileSystem"],
+                               "initial_config": {}}) + "\n")
+    with pytest.raises(DataError, match="not of BFCL's multi-turn shape"):
+        agent_plan.sessions(agent_plan.Plan.build(sessions_file=str(bad)))
+    math = next(e["id"] for e in bfcl.entries("multi_turn_base") if "MathAPI" in e["involved_classes"])
+    with pytest.raises(DataError, match="mpmath"):
+        agent_plan.sessions(agent_plan.Plan.build(session_ids=[math]))
+
+
+def test_sessions_are_drawn_evenly_and_by_the_seed():
+    plan = agent_plan.Plan.build(sessions=7, seed=3)
+    chosen, source = agent_plan.sessions(plan)
+    assert len({e["involved_classes"][0] for e in chosen}) == 7 and "multi_turn_base" in source
+    assert [e["id"] for e in chosen] == [e["id"] for e in agent_plan.sessions(plan)[0]]
+    assert [e["id"] for e in chosen] != [e["id"] for e in agent_plan.sessions(agent_plan.Plan.build(sessions=7))[0]]
+    assert not any("MathAPI" in e["involved_classes"] for e in agent_plan.sessions(
+        agent_plan.Plan.build(sessions=200))[0])
+
+
+# --- on the real model -------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def live(smollm2_tools, session_file, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("agent")
+    nb, folder = run_notebook("agent", tmp, {**LIVE, "sessions_file": session_file, "endpoint": smollm2_tools.url})
+    return tmp, nb, folder, read_records(folder)
+
+
+def test_live_sessions_seal_with_the_servers_own_cache_counts(live):
+    tmp, nb, folder, records = live
+    assert verify(folder) == []
+    steps = [r for r in records if r.get("kind") == "step"]
+    assert {r["session"] for r in steps} == {"repeat_0"} and len(steps) == 2
+    for r in steps:  # the count recorded is llama-server's own cache_n, and usage says the same
+        assert r["cached_tokens"] == r["server"]["per_request"]["cached_tokens"] == r["usage_cached_tokens"]
+    for a, b in zip(steps, steps[1:]):  # each step found the whole prompt sent before in the slot's cache
+        assert b["cached_tokens"] >= a["prompt_tokens"] - 1, (a, b)
+    tools = {(r["turn"], r["step"]): r for r in records if r.get("kind") == "tools"}
+    assert tools[0, 0]["calls"] == ["list_users()"] and "Alice" in tools[0, 0]["results"][0]
+    call_id = tools[0, 0]["assistant"]["tool_calls"][0]["id"]  # the result went back, answering the call
+    assert steps[1]["sent"] == [{"role": "tool", "content": tools[0, 0]["results"][0], "tool_call_id": call_id}]
+    turns = [r for r in records if r.get("kind") == "turn"]
+    assert len(turns) == 1 and turns[0]["steps"] == 2 and "MessageAPI" in turns[0]["state"]
+    assert "CACHE LOST" not in outputs_text(nb)
+
+
+def test_a_replay_sends_the_same_prompts_and_names_the_cache_a_server_did_not_keep(live):
+    tmp, _, folder, records = live
+    with testbed.start("smollm2-tools", free_port(), engine="llama.cpp", timeout=120,
+                       extra_args=("--no-cache-prompt",), log_path=tmp / "nocache.log") as server:
+        nb, replay = run_notebook("agent", tmp, {"model": "smollm2-tools-llamacpp", "endpoint": server.url,
+                                                 "replay_from": str(folder), "in_flight": 2, **LIVE})
+    assert verify(replay) == []
+
+    def by_step(rs: list[dict]) -> dict:
+        return {(r["session"], r["turn"], r["step"]): r for r in rs if r.get("kind") == "step"}
+
+    live_steps, again = by_step(records), by_step(read_records(replay))
+    assert again.keys() == live_steps.keys()  # through the in-flight client, every step of the live run sent again
+    assert {k: r["prompt_tokens"] for k, r in again.items()} == {k: r["prompt_tokens"] for k, r in live_steps.items()}
+    assert {k: r["completion_tokens"] for k, r in again.items()} == {
+        k: max(1, r["completion_tokens"]) for k, r in live_steps.items()}
+    text = outputs_text(nb)
+    assert "CACHE LOST at session" in text and "did not keep it" in text
+    past = {"cached": read_past(str(folder), "agent")[0], "uncached": read_past(str(replay), "agent")[0]}
+    runs = Runs({"agent": past}, ["cached", "uncached"])
+    wait, first, later, share = headline_rows(runs)
+    assert share.values["cached"] > 0.9 and share.values["uncached"] == 0  # the comparison's row tells them apart
+    assert wait.n == {"cached": 1, "uncached": 1} and wait.ratios["uncached"].estimate > 0  # paired by session
+    checks = [r for r in read_records(replay) if r.get("kind") == "cache_check"]
+    assert checks and all(c["first_difference"] is None or c["first_difference"] >= c["prompt_before"] - 1
+                          for c in checks)
+
+
+def test_tools_dropped_in_silence_are_caught_before_the_first_session(tmp_path, session_file):
+    with testbed.start("smollm2", free_port(), engine="llama.cpp", timeout=120, extra_args=("--jinja",),
+                       log_path=tmp_path / "own-template.log") as server:
+        with pytest.raises(papermill.PapermillExecutionError, match="TOOLS DROPPED IN SILENCE") as caught:
+            run_notebook("agent", tmp_path, {**LIVE, "sessions_file": session_file, "endpoint": server.url})
+    assert "supports_tools False" in str(caught.value) and "--chat-template-file" in str(caught.value)
+    (folder,) = (tmp_path / "outputs" / "agent").iterdir()
+    assert not [r for r in read_records(folder) if r.get("kind") in ("session", "step")]
