@@ -159,3 +159,19 @@ def test_robust_passes_what_bfcl_fails_only_for_its_strictness_and_names_why(ite
             for inject in (FAULTS["wrong argument"], FAULTS["missing call"], FAULTS["extra call"]):
                 assert not rule_sets.robust(record | {"calls": inject(truth)}).valid, entry["id"]
     assert why[rule_sets.GREEDY] >= 1 and why[rule_sets.NUMBERS] > 100 and why[rule_sets.NAMES] > 100, why
+
+
+def test_a_session_is_read_from_the_agent_studys_records_as_bfcl_decodes_it(sessions):
+    """Records of the agent study's shape (a `tools` record a step, a `turn` record a turn) carrying the ground
+    truth, with a step whose arguments did not parse (dropped whole, as BFCL's decoder drops it), and one session cut
+    short after its first turn: graded as BFCL grades the same calls."""
+    for entry, truth in sessions[:40]:
+        records = [{"kind": "tools", "session": entry["id"], "turn": 0, "step": 0, "calls": ["cd(folder='x')", None]}]
+        for turn, calls in enumerate(truth):
+            records += [{"kind": "tools", "session": entry["id"], "turn": turn, "step": 1 + s, "calls": [c]}
+                        for s, c in enumerate(calls)]
+            records.append({"kind": "turn", "session": entry["id"], "turn": turn})
+        turns = bfcl_turns.turns_of(records, entry["id"])
+        assert turns == _one_step_per_call(truth) and _session_agree(entry, truth, turns)
+        cut = [r for r in records if r["turn"] == 0]
+        assert not _session_agree(entry, truth, bfcl_turns.turns_of(cut, entry["id"])) or len(truth) == 1

@@ -83,3 +83,14 @@ def missing_results(expected: Sequence[str], results: Sequence[str]) -> list[str
         else:
             missing.append(item)
     return missing
+
+
+def turns_of(records: Sequence[dict], session: str) -> list[list[list[str]]]:
+    """A session's calls by turn and step, from the agent study's records (studies/agent/sessions.py): its `tools`
+    records' call strings, one turn for each of its `turn` records. A step with a call whose arguments did not parse
+    is left out whole, as BFCL's decoder drops a step it cannot decode; a session cut short has fewer turns."""
+    mine = [r for r in records if r.get("session") == session]
+    steps: dict[int, list[list[str]]] = {}
+    for r in (r for r in mine if r.get("kind") == "tools" and r.get("calls") and None not in r["calls"]):
+        steps.setdefault(r["turn"], []).append(list(r["calls"]))
+    return [steps.get(t, []) for t in sorted(r["turn"] for r in mine if r.get("kind") == "turn")]
