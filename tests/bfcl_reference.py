@@ -1,8 +1,8 @@
 """bfcl-eval's own checkers, for the tests only: sparknb's BFCL grading is checked against them item by item.
 
 They are imported from the pinned wheel studies.batch.bfcl fetches (sha256-checked), as a zip on sys.path, not
-installed: a dev extra (`pip install -e .[dev]`) would pull in bfcl-eval's declared dependencies (numpy pinned to 1.26.4, six vendor
-SDKs, faiss, sentence-transformers), which would break the project's own environment.
+installed: a dev extra (`pip install -e .[dev]`) would pull in bfcl-eval's declared dependencies (numpy pinned to
+1.26.4, six vendor SDKs, faiss, sentence-transformers), which would break the project's own environment.
 
 Stand-in modules, for what the checkers and the decoder import but never use here:
 - `bfcl_eval.constants.model_config` imports every vendor's model handler (anthropic, cohere, google-genai, ...),
