@@ -30,7 +30,7 @@ def toy(monkeypatch):
 def test_every_study_is_found_through_its_contract_in_the_comparisons_order():
     studies = registry.studies()
     measuring = [n for n, c in studies.items() if c.measures]
-    assert measuring == ["decode", "prefill", "mtp", "load", "agent", "mmlu_pro", "humaneval", "swap"]
+    assert measuring == ["decode", "prefill", "mtp", "load", "agent", "mmlu_pro", "bfcl", "humaneval", "swap"]
     assert [n for n, c in studies.items() if c.across_models] == ["swap"] and not studies["compare"].measures
     for name, contract in studies.items():
         assert contract.Plan.study == name and contract.notebook_path().is_file()

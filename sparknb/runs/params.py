@@ -149,6 +149,10 @@ class ModelParams(Strict):
     architecture: Literal["dense", "moe"]
     speculative: str | None = Field(None, description="speculative decoding method, e.g. mtp, ngram, draft")
     reasoning: bool = False
+    # How tool calls are asked of this serving where a study's format is "model" (bfcl): two servings of one model,
+    # one through the server's tool-call parser and one in BFCL's prompt mode, then compare in one campaign
+    tool_format: Literal["native", "prompt"] | None = Field(None, description="native (OpenAI tools) or prompt "
+                                                           "(BFCL's prompt mode); none: native")
     engine: str | None = Field(None, description=(
         "the server's family (sparknb.engines), where detection should not decide: vLLM answers /version, "
         "llama.cpp's llama-server /props, and a server with neither is taken as OpenAI-API-only"))
