@@ -21,35 +21,10 @@
 # A CPU rehearsal (the same steps with 2-layer GGUFs of the test bed's vocabulary, 16-token answers, and a CPU
 # llama-server and llama-bench; HARDWARE=h200 draws a limit there, a wrong one, to show every table): SMALL=1 WHEELS=0
 # PY=.venv/bin/python LLAMA_BIN=<folder of llama-server and llama-bench> bash bench/step_split_gpu.sh
-set -uo pipefail
-ROOT=$PWD
 OUT=${OUT:-/tmp/step-split-out}
-DEADLINE_S=${DEADLINE_S:-585}
 SMALL=${SMALL:-0}
-PY=${PY:-python3}
-START=$(date +%s)
 LOGS=/tmp/step-split-logs
-rm -rf "$LOGS" && mkdir -p "$OUT" "$LOGS" && exec > >(tee "$OUT/session.log") 2>&1
-stamp() { echo "== $(date -u +%T) (+$(( $(date +%s) - START )) s) $*"; }
-left() { echo $(( DEADLINE_S - ($(date +%s) - START) )); }
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false XDG_CACHE_HOME=$ROOT/.device/xdg
-if [ "${WHEELS:-1}" = 1 ]; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        "$ROOT"/.whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$ROOT JUPYTER_PATH=/tmp/site/share/jupyter
-else
-    export PYTHONPATH=$ROOT
-fi
-"$PY" -c 'import sparknb, papermill, openai, gguf, yaml, pydantic' || exit 1
-command -v ssh-keygen >/dev/null || echo "(no ssh-keygen here: every run below is sealed UNSIGNED)"
-DEV=$ROOT/.device-build
-mkdir -p "$DEV/models"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1 |
-    tee "$LOGS/gpu.txt"
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-pick="from sparknb.model_add import hardware_for; print(hardware_for('$GPU'))"
-HARDWARE=${HARDWARE:-$([ -n "$GPU" ] && "$PY" -c "$pick" || echo cpu-host)}
-echo "GPU: ${GPU:-none}; hardware params: $HARDWARE"
+source "$(dirname "$0")/gpu_common.sh"
 
 stamp "the two GGUFs, beside the build"
 MOE=qwen3-30b-a3b-24l DENSE=qwen3-4b
@@ -58,25 +33,7 @@ gguf() { "$PY" docs/examples/h200-llamacpp/make_model.py "$DEV/models/$1-random-
 (gguf $MOE && gguf $DENSE) > "$LOGS/models.log" 2>&1 &
 writer=$!
 
-if [ -n "${LLAMA_BIN:-}" ]; then
-    ln -sfn "$LLAMA_BIN" "$DEV/bin"
-else
-    stamp "llama.cpp: llama-server and llama-bench for sm_90"
-    rm -rf "$DEV/src" && tar -xJf "$ROOT/.device/llama.cpp-src.tar.xz" -C "$DEV" && mv "$DEV/llama.cpp" "$DEV/src" ||
-        exit 1
-    sed -i 's/^set(BUILD_NUMBER 0)$/set(BUILD_NUMBER 1)/; s/^set(BUILD_COMMIT "unknown")$/set(BUILD_COMMIT "0c1e570")/; s/^if(Git_FOUND)$/if(FALSE)/' \
-        "$DEV/src/cmake/build-info.cmake"
-    read -r -a FLAGS <<< "$("$PY" -c 'from sparknb.serving import llama_server as l; print(*l.CMAKE_FLAGS)')"
-    read -r -a TARGETS <<< "$("$PY" -c 'from sparknb.serving import llama_server as l; print(*l.TARGETS)')"
-    t0=$(date +%s)
-    cmake -S "$DEV/src" -B "$DEV/build" -G Ninja "${FLAGS[@]}" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-        > "$LOGS/build.log" 2>&1 &&
-        timeout 420 cmake --build "$DEV/build" -j "$(nproc)" --target "${TARGETS[@]}" >> "$LOGS/build.log" 2>&1
-    rc=$?
-    echo "build exit $rc in $(( $(date +%s) - t0 )) s ($(nproc) cores)" | tee -a "$LOGS/build.log"
-    [ $rc = 0 ] || { tail -30 "$LOGS/build.log"; tar -czf "$OUT/runs.tgz" -C /tmp step-split-logs; exit 1; }
-    ln -sfn build/bin "$DEV/bin"
-fi
+build_llama || { tar -czf "$OUT/runs.tgz" -C /tmp step-split-logs; exit 1; }
 wait "$writer"; rc=$?; cat "$LOGS/models.log"; echo "models exit $rc"
 [ $rc = 0 ] || exit 1
 "$DEV/bin/llama-server" --version 2>&1 | tail -2

@@ -44,6 +44,7 @@ with tempfile.TemporaryDirectory() as tmp:
         for m in src.getmembers():
             if m.name.startswith(top) and not m.name[len(top):].startswith(left_out):
                 m.name = "llama.cpp/" + m.name[len(top):]
+                m.pax_headers.pop("path", None)  # a long name's pax header would win over the new name
                 dst.addfile(m, src.extractfile(m) if m.isfile() else None)
 print(f"{out}: {out.stat().st_size / 2**20:.1f} MiB")
 EOF
@@ -68,7 +69,7 @@ EOF
 import re
 from importlib import metadata
 
-ROOTS = ["sparknb", "papermill", "nbconvert", "ipykernel", "gguf", "httpx"]  # sparknb imports httpx itself
+ROOTS = ["sparknb", "papermill", "nbconvert", "ipykernel", "gguf", "httpx", "tinycss2"]  # httpx: sparknb imports it; tinycss2: nbconvert needs bleach[css] (an extra, which the walk below skips)
 HAS = {"torch", "transformers", "pandas", "statsmodels", "matplotlib", "pyarrow", "prometheus-client",
        "nvidia-ml-py", "numpy", "scipy", "pillow", "tokenizers", "safetensors", "huggingface-hub", "requests",
        "urllib3", "certifi", "idna", "charset-normalizer", "tqdm", "filelock", "fsspec", "packaging", "jinja2",

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Issue 35 on a lent GPU in one call of at most 10 minutes: a sealed live agent run made beforehand (SmolLM2-135M on
+# llama-server with sparknb's tool template, BFCL sessions) replayed to two random-weight models of different sizes
+# (Qwen3-1.7B's and Qwen3-4B's shapes, F16, the test bed's vocabulary) on the pinned llama-server built there, with
+# the same template, prompt cache on, 4 slots: each model at 1 and at 4 sessions in flight, then the comparison of
+# the two models at each. Random weights cannot call tools; a replay sends the live run's messages at every step and
+# asks each answer at the live one's length, so it measures speed, never quality.
+#
+# Prepare here, where the network is (from the repository root):
+#   bash bench/step_split_prepare.sh                 # .device (llama.cpp source, tokenizer) and .whl (wheels)
+#   bash bench/agent_replay_prepare.sh RUN_FOLDER    # the live run, its signer's public key, openssh-client
+# then one call: `bash bench/agent_replay_gpu.sh`, carrying .device and .whl. Back in $OUT: session.log and runs.tgz.
+# A CPU rehearsal: SMALL=1 WHEELS=0 PY=.venv/bin/python LLAMA_BIN=<folder of llama-server> bash bench/agent_replay_gpu.sh
+OUT=${OUT:-/tmp/agent-replay-out}
+LOGS=/tmp/agent-replay-logs
+source "$(dirname "$0")/gpu_common.sh"
+
+LIVE=$(ls -d "$ROOT"/.device/agent/outputs/agent/*/ 2>/dev/null | head -1)
+[ -n "$LIVE" ] || { echo "no live run under .device/agent: run bench/agent_replay_prepare.sh first"; exit 1; }
+"$PY" -m sparknb trust "$(cat "$ROOT/.device/agent/signer.pub")" --as live-box || exit 1
+"$PY" -m sparknb verify "$LIVE" || exit 1
+
+stamp "two GGUFs, beside the build"
+gguf() { "$PY" docs/examples/h200-llamacpp/make_model.py "$DEV/models/$1-random-f16.gguf" --shape "$1" \
+         $([ "${SMALL:-0}" = 1 ] && echo --small); }
+(gguf qwen3-1.7b && gguf qwen3-4b) > "$LOGS/models.log" 2>&1 &
+writer=$!
+build_llama || { tar -czf "$OUT/runs.tgz" -C /tmp agent-replay-logs; exit 1; }
+wait "$writer"; rc=$?; cat "$LOGS/models.log"; [ $rc = 0 ] || exit 1
+
+serve() {  # $1 shape, $2 name, $3 port: the params file, then the server alone on the GPU (the guard refuses a
+           # run beside another's GPU process), ready within 120 s
+    cat > "params/models/$2.yaml" <<EOF2
+# Written by bench/agent_replay_gpu.sh: a random F16 GGUF (make_model.py --shape $1) on llama-server, 4 slots,
+# --jinja with sparknb's tool template, the slots' prompt cache on, --cache-ram 0.
+name: $2
+served_model_name: $2
+endpoint: http://127.0.0.1:$3/v1
+hardware: $HARDWARE
+architecture: dense
+engine: llama.cpp
+checkpoint: .device-build/models/$1-random-f16.gguf
+EOF2
+    "$DEV/bin/llama-server" --model "$DEV/models/$1-random-f16.gguf" --alias "$2" --host 127.0.0.1 --port "$3" \
+        -ngl 99 --ctx-size 65536 --parallel 4 --metrics --cache-ram 0 --jinja \
+        --chat-template-file sparknb/serving/templates/chatml-tools.jinja --log-prefix --log-timestamps \
+        > "$LOGS/$2.log" 2>&1 &
+    SERVER=$!
+    for _ in $(seq 120); do curl -sf "http://127.0.0.1:$3/health" >/dev/null && return 0; sleep 1; done
+    echo "llama-server for $2 never became ready"; return 1
+}
+
+declare -A RUNS
+for spec in "qwen3-1.7b small-1.7b 8093" "qwen3-4b large-4b 8094"; do
+    read -r shape model port <<< "$spec"
+    stamp "$model: replays at 1 and 4 in flight ($(left) s left)"
+    serve "$shape" "$model" "$port" || exit 1
+    for n in 1 4; do
+        timeout $(( $(left) - 40 )) "$PY" -m sparknb run agent -p model "$model" -p replay_from "$LIVE" \
+            -p in_flight "$n" > "$LOGS/agent-$model-$n.log" 2>&1
+        grep -E "^- |sealed run|Error" "$LOGS/agent-$model-$n.log" | cut -c1-400
+        RUNS[$n]="${RUNS[$n]:-}$(grep -oE 'sealed run: .*' "$LOGS/agent-$model-$n.log" | sed 's/sealed run: //'), "
+    done
+    kill "$SERVER"; wait "$SERVER" 2>/dev/null
+done
+for n in 1 4; do
+    stamp "the comparison at $n in flight"
+    timeout 90 "$PY" -m sparknb run compare -p runs "[${RUNS[$n]%, }]" > "$LOGS/compare-$n.log" 2>&1
+    folder=$(grep -oE 'sealed run: .*' "$LOGS/compare-$n.log" | sed 's/sealed run: //')
+    [ -n "$folder" ] && "$PY" docs/examples/h200-verdict/show.py "$folder" || tail -20 "$LOGS/compare-$n.log"
+done
+stamp "pack"
+tail -c 20000 "$LOGS/build.log" > "$LOGS/build-tail.log" 2>/dev/null; rm -f "$LOGS/build.log"
+tar -czf "$OUT/runs.tgz" --exclude='*.ipynb' outputs params/models/small-1.7b.yaml params/models/large-4b.yaml \
+    -C /tmp agent-replay-logs
+stamp done
