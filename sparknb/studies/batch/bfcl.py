@@ -31,7 +31,8 @@ from pathlib import Path
 from types import ModuleType
 
 from ...errors import BuildError, DataError
-from ...serving.llama_server import given, held, pinned, step
+from ...serving import real_models
+from ...serving.llama_server import held
 from ...serving.tiny_models import cache_root
 
 ENV_VAR = "SPARKNB_BFCL_WHEEL"  # the wheel already on disk
@@ -63,25 +64,11 @@ def root() -> Path:
 
 
 def fix() -> str:
-    return (f"`{Path(sys.executable).name} -m pip download --no-deps {WHEEL['package']}=={WHEEL['version']} -d DIR` "
-            f"where PyPI can be reached, then set {ENV_VAR}=DIR/{WHEEL['file']}")
+    return real_models.fetch_fix(WHEEL, ENV_VAR)
 
 
 def _wheel(into: Path) -> Path:
-    path = given(ENV_VAR, WHEEL["file"], f" ({fix()})")
-    if path is None:
-        work = Path(tempfile.mkdtemp(prefix=".wheel-", dir=into))
-        spec = f"{WHEEL['package']}=={WHEEL['version']}"
-        print(f"fetching BFCL v4: {spec} from PyPI (2 MB, once)", flush=True)
-        try:
-            step("download", [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                               "-d", str(work), spec], into / "download.log", FETCH_S, print,
-                  fix=f"PyPI could not be reached or refused; {fix()}", who="BFCL's")
-            path = into / WHEEL["file"]
-            (work / WHEEL["file"]).replace(path)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return pinned(path, WHEEL["sha256"], "the BFCL wheel sparknb is pinned to", fix())
+    return real_models.fetch_wheel(WHEEL, ENV_VAR, into, "BFCL v4", FETCH_S)
 
 
 def _unzip(wheel: Path, final: Path) -> None:
