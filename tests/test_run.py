@@ -318,5 +318,5 @@ def test_another_studys_run_by_id_says_whose_it_is_and_sparknb_seal_is_offered_o
             read_past(run.id, "decode", outputs=tmp_path)
         said[run.id] = str(e.value)
     assert f"that run id is a 'prefill' run ({other.path}), not a decode run" in said[other.id]
-    assert "sparknb seal" not in said[tampered.id] and "nothing makes a changed run trusted again" in said[tampered.id]
-    assert f"seal it with `sparknb seal {unsealed.path}`" in said[unsealed.id]
+    assert "sparknb seal" not in said[tampered.id] and "nothing makes it trusted again" in said[tampered.id]
+    assert f"`sparknb seal {unsealed.path}` keeps what it took" in said[unsealed.id]

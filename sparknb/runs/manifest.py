@@ -166,6 +166,8 @@ def refuse_second_seal(run_id: str) -> None:
 
 # --- checking -------------------------------------------------------------------------------------------
 
+NEVER_SEALED = "it was never sealed"  # a folder without a manifest, which `sparknb seal FOLDER` can seal
+
 @dataclass(frozen=True)
 class Seal:
     """What a run folder's seal says: every problem (never to be trusted), who signed, and what went unchecked;
@@ -222,8 +224,9 @@ class Seal:
 
     def remedy(self) -> str:
         """What would make it trusted, or why nothing would."""
-        if len(self.problems) == 1 and "never sealed" in self.problems[0]:
-            return (f"{self.problems[0]}. If its run died before sealing it, `sparknb seal FOLDER` keeps what it "
+        if len(self.problems) == 1 and NEVER_SEALED in self.problems[0]:
+            folder = self.problems[0].split(f" has no {MANIFEST}")[0]
+            return (f"{self.problems[0]}. If its run died before sealing it, `sparknb seal {folder}` keeps what it "
                     "took, sealed after the fact: resume_from can then finish it")
         if self.problems and all(p.startswith("signature unchecked") for p in self.problems):
             return f"{self.problems[0]}, and read it again"
@@ -249,7 +252,7 @@ def check(path: str | Path) -> Seal:
     folder = Path(path)
     manifest = folder / MANIFEST
     if not manifest.is_file():
-        return Seal((f"{folder} has no {MANIFEST}: it was never sealed (or the manifest was removed)",
+        return Seal((f"{folder} has no {MANIFEST}: {NEVER_SEALED} (or the manifest was removed)",
                      *_ledger_problems(folder.name, None, None)), None, None)
     raw = manifest.read_bytes()  # read once: parsed, signature-checked and hashed as these bytes
     try:

