@@ -10,14 +10,13 @@
 
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 
 from ...runs.report import Finding, info, warning
+from . import grades, problems
 from .figures import session_table, step_table
+from .problems import CALL_IN_TEXT
 
-CALL_IN_TEXT = re.compile(r"<tool_call>|\{\s*\"name\"\s*:|^\s*\[?\s*[A-Za-z_][\w.]*\(\w+\s*=", re.M)
 
 
 def findings(records: list[dict], engine_fix: str = "") -> list[Finding]:
@@ -27,6 +26,7 @@ def findings(records: list[dict], engine_fix: str = "") -> list[Finding]:
     out = [summary(table, per_session)]
     out += cache_lost(table, [r for r in records if r.get("kind") == "cache_check"])
     out += cut(records) + in_content(records, engine_fix) + unseen(records)
+    out += grades.findings(records) + problems.findings(records)
     return out
 
 
