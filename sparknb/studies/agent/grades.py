@@ -2,12 +2,12 @@
 executed: batch.bfcl_turns, checked session by session against bfcl-eval's own multi_turn_checker), and what a
 solved session cost.
 
-- Rule set `bfcl` only. None of the single-turn `robust` corrections (studies.bfcl.rule_sets) moves a multi-turn
-  verdict: BFCL's multi-turn classes offer 111 functions and no name holds a dot (so no spelling of one), the
-  response check already matches results in any order (so no greedy matching to correct), and a call is judged by
-  what it does on the backends, where 5.0 and 5 compare equal in the state check. One place is left where JSON's
-  one number type could still matter, a backend that writes a number into its result text (the response check
-  compares texts): not corrected here, so a session is graded exactly as the leaderboard grades it.
+- Rule set `bfcl` only. Two of the three single-turn `robust` corrections (studies.bfcl.rule_sets) cannot move a
+  multi-turn verdict: BFCL's multi-turn classes offer 111 functions and no name holds a dot (no spelling to
+  correct), and the response check already matches results in any order (no greedy matching). The third, JSON
+  numbers, could: 5.0 and 5 compare equal in the state check, but a backend that writes the number into its result
+  text fails the response check (it compares texts). It is not applied here (no robust set is built for sessions:
+  a gap, said in the findings), so a session is graded exactly as the leaderboard grades it.
 - A replay's answers are fixed-length filler, not the model's: a replay is never graded, and says so.
 - A session of one's own (sessions_file) is graded where its line carries BFCL's `ground_truth` (one list of call
   strings per turn), else not graded, and said so.
@@ -160,8 +160,9 @@ def findings(records: list[dict]) -> list[Finding]:
     done, ci = df[df["graded"]], score(df)
     notes = [Finding("info", f"BFCL multi-turn score {ci.points()} over {len(done)} live sessions (95% Wilson), "
                      "graded from the records exactly as BFCL's multi_turn_checker grades them (each turn's backend "
-                     "state and call results against the ground truth's); rule set bfcl only, since none of the "
-                     "single-turn robust corrections moves a multi-turn verdict.", (SCORES,))]
+                     "state and call results against the ground truth's); rule set bfcl only: of the single-turn robust "
+                     "corrections only JSON numbers (5.0 for 5) could move a multi-turn verdict, where a backend "
+                     "writes the number into its result, and it is not applied.", (SCORES,))]
     for error, rows in done[~done["bfcl"].astype(bool)].groupby("error_type", sort=False):
         notes.append(info(f"{len(rows)} of {len(done)} sessions failed with {error}; e.g. {rows['session'].iloc[0]}, "
                           f"{rows['why'].iloc[0]}."))
