@@ -9,15 +9,17 @@ import json
 
 import papermill
 import pytest
+from bfcl_reference import multi_turn_check
 from support import outputs_text, run_notebook
 
 from sparknb.errors import DataError, ParamsError
 from sparknb.runs.run import read_past, read_records, verify
 from sparknb.serving import testbed
 from sparknb.serving.processes import free_port
-from sparknb.studies.agent import headline_rows
+from sparknb.studies import agent
+from sparknb.studies.agent import headline_rows, problems
 from sparknb.studies.agent import plan as agent_plan
-from sparknb.studies.batch import bfcl
+from sparknb.studies.batch import bfcl, bfcl_turns, calls
 from sparknb.verdicts.verdict import Runs
 
 LIVE = {"model": "smollm2-tools-llamacpp", "max_steps": 2, "max_tokens": 40}
@@ -35,7 +37,25 @@ def session_file(tmp_path_factory) -> str:
     turns = [[{"role": "user", "content": REPEAT.format("list_users", "{}")}]]
     path = tmp_path_factory.mktemp("sessions") / "sessions.jsonl"
     path.write_text(json.dumps({"id": "repeat_0", "question": turns, "initial_config": entry["initial_config"],
-                                "involved_classes": ["MessageAPI"]}) + "\n")
+                                "involved_classes": ["MessageAPI"], "ground_truth": [["list_users()"]]}) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def prompt_file(tmp_path_factory) -> str:
+    """Two sessions of BFCL's shape for prompt mode, each one turn asking SmolLM2-135M to repeat a call in BFCL's
+    prompt format under BFCL's system prompt (it repeats both at temperature 0): `repeat_0` (the native file's id,
+    for a paired row) with the very call of its ground truth, and `repeat_1` whose ground truth asks Alice's id where
+    the call asks Bob's, so that one session passes and one fails BFCL's checks. Both prompts begin with the same
+    system prompt (2,170 tokens): the second session's first step is served from the cache."""
+    entry = next(e for e in bfcl.entries("multi_turn_base") if "MessageAPI" in e["involved_classes"])
+    asked = {"repeat_0": ("[list_users()]", "list_users()"),
+             "repeat_1": ("[get_user_id(user='Bob')]", "get_user_id(user='Alice')")}
+    path = tmp_path_factory.mktemp("prompt-sessions") / "sessions.jsonl"
+    path.write_text("".join(json.dumps({
+        "id": i, "question": [[{"role": "user", "content": f"Repeat exactly this line and nothing else:\n{call}"}]],
+        "initial_config": entry["initial_config"], "involved_classes": ["MessageAPI"], "ground_truth": [[truth]]})
+        + "\n" for i, (call, truth) in asked.items()))
     return str(path)
 
 
@@ -48,6 +68,10 @@ def test_bad_input_is_refused_before_any_request(tmp_path):
     bad.write_text(json.dumps({"id": "x", "question": "Move the file.", "involved_classes": ["GorillaFileSystem"],
                                "initial_config": {}}) + "\n")
     with pytest.raises(DataError, match="not of BFCL's multi-turn shape"):
+        agent_plan.sessions(agent_plan.Plan.build(sessions_file=str(bad)))
+    bad.write_text(json.dumps({"id": "x", "question": [[{"role": "user", "content": "Move it."}]], "initial_config": {},
+                               "involved_classes": ["GorillaFileSystem"], "ground_truth": ["mv(a='b')"]}) + "\n")
+    with pytest.raises(DataError, match="ground_truth is not one list of call strings per turn"):
         agent_plan.sessions(agent_plan.Plan.build(sessions_file=str(bad)))
     math = next(e["id"] for e in bfcl.entries("multi_turn_base") if "MathAPI" in e["involved_classes"])
     with pytest.raises(DataError, match="mpmath"):
@@ -111,7 +135,9 @@ def test_a_replay_sends_the_same_prompts_and_names_the_cache_a_server_did_not_ke
     assert "CACHE LOST at session" in text and "did not keep it" in text
     past = {"cached": read_past(str(folder), "agent")[0], "uncached": read_past(str(replay), "agent")[0]}
     runs = Runs({"agent": past}, ["cached", "uncached"])
-    wait, first, later, share = headline_rows(runs)
+    wait, first, later, share, score, solved = headline_rows(runs)
+    assert score.values == {"cached": 100.0} and "uncached: a replay" in score.note  # the replay is not graded
+    assert solved.values["cached"] == pytest.approx(wait.values["cached"])  # one session, solved: its own wait
     assert share.values["cached"] > 0.9 and share.values["uncached"] == 0  # the comparison's row tells them apart
     assert wait.n == {"cached": 1, "uncached": 1} and wait.ratios["uncached"].estimate > 0  # paired by session
     checks = [r for r in read_records(replay) if r.get("kind") == "cache_check"]
@@ -127,3 +153,75 @@ def test_tools_dropped_in_silence_are_caught_before_the_first_session(tmp_path, 
     assert "supports_tools False" in str(caught.value) and "--chat-template-file" in str(caught.value)
     (folder,) = (tmp_path / "outputs" / "agent").iterdir()
     assert not [r for r in read_records(folder) if r.get("kind") in ("session", "step")]
+
+
+# --- graded as BFCL grades them ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def prompted(smollm2_tools, prompt_file, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("agent-prompt")
+    nb, folder = run_notebook("agent", tmp, {**LIVE, "mode": "prompt", "sessions_file": prompt_file,
+                                             "endpoint": smollm2_tools.url})
+    return nb, folder, read_records(folder)
+
+
+def test_prompt_mode_on_the_real_model_runs_grades_and_pairs_with_native(live, prompted):
+    """BFCL's prompt format on the real model: the calls read from the text, executed, their results sent back as
+    tool messages, each session graded with BFCL's reason; beside the native run, the score rows pair the session
+    both ran (the format's effect) and the cost row divides the wait by the sessions solved."""
+    nb, folder, records = prompted
+    assert verify(folder) == []
+    tools = {(r["session"], r["turn"], r["step"]): r for r in records if r.get("kind") == "tools"}
+    assert tools["repeat_0", 0, 0]["calls"] == ["list_users()"] and "Alice" in tools["repeat_0", 0, 0]["results"][0]
+    assert tools["repeat_1", 0, 0]["calls"] == ["get_user_id(user='Bob')"]
+    second = next(r for r in records if r.get("kind") == "step" and r["session"] == "repeat_0" and r["step"] == 1)
+    assert second["sent"] == [{"role": "tool", "content": tools["repeat_0", 0, 0]["results"][0], "name": "list_users"}]
+    grades = agent.grade_table(records).set_index("session")
+    assert grades.loc["repeat_0", "bfcl"] and grades.loc["repeat_0", "error_type"] == "pass"
+    assert grades.loc["repeat_1", "error_type"] == "multi_turn:execution_response_mismatch"
+    text = outputs_text(nb)
+    assert "BFCL multi-turn score 50.0%" in text and "steps made at least one call" in text
+    assert json.loads(json.dumps(read_past(str(folder), "agent")[0].summary["graded"]))["passed"] == 1
+    past = {"native": read_past(str(live[2]), "agent")[0], "prompt": read_past(str(folder), "agent")[0]}
+    rows = {r.figure: r for r in headline_rows(Runs({"agent": past}, ["native", "prompt"]))}
+    assert rows["BFCL multi-turn score % (live sessions)"].values == {"native": 100.0, "prompt": 50.0}
+    difference = rows["paired difference in BFCL multi-turn score (points)"]
+    assert difference.n["prompt"] == 1 and not difference.not_comparable  # repeat_0 alone is in both runs
+    assert rows["seconds waited per session solved"].values["prompt"] > 0
+
+
+def test_graded_live_sessions_equal_bfcl_evals_own_multi_turn_checker(live, prompted):
+    """Every live session of both runs (native and prompt mode), graded from its records by sparknb and by
+    bfcl-eval's own multi_turn_checker on the same calls: the same verdict and error type; and the same records
+    against a ground truth they do not meet (a call the model never made) fail alike."""
+    for records in (live[3], prompted[2]):
+        opened = {r["session"]: r for r in records if r.get("kind") == "session"}
+        grades = agent.grade_table(records).set_index("session")
+        for session, r in opened.items():
+            entry = {k: r[k] for k in ("initial_config", "involved_classes")} | {"id": session}
+            turns = bfcl_turns.turns_of(records, session)
+            for truth in (r["ground_truth"], [["get_user_id(user='Eve')"]]):
+                theirs = multi_turn_check(entry, truth, turns)
+                ours = bfcl_turns.check(entry, truth, turns)
+                assert (ours.valid, ours.error_type) == (theirs["valid"], theirs.get("error_type", "")), session
+            assert grades.loc[session, "bfcl"] == multi_turn_check(entry, r["ground_truth"], turns)["valid"]
+
+
+def test_call_problems_on_real_steps_are_named_as_the_bfcl_study_names_them(prompted):
+    """The real prompt-mode run's steps as they were (each made a call of an offered function with the right
+    arguments: no problem), then with one step's answer replaced by each fault: every problem named, with the step."""
+    _, _, records = prompted
+    assert problems.counts(records) == dict.fromkeys(problems.LOOKED_AT, 0)
+    step = next(r for r in records if r.get("kind") == "step" and r["session"] == "repeat_1" and r["step"] == 0)
+    faults = {"[get_user_id(usr='Bob')]": calls.MISSING, "[fly(to='Rome')]": calls.NOT_OFFERED,
+              "[get_user_id(user=5)]": calls.WRONG_TYPE, "[get_user_id(user='Bob'": calls.UNPARSED}
+    for text, problem in faults.items():
+        changed = [r | {"text": text} if r is step else r for r in records]
+        assert problems.counts(changed)[problem] == 1, text
+        assert any("session repeat_1 turn 1 step 1: `" in n.text for n in problems.findings(changed)), text
+    prose = [r | {"text": "I cannot do that."} if r is step else r for r in records]
+    assert not any(problems.counts(prose).values())  # prompt mode: prose is the model's answer, not a broken call
+    unwanted = [r | {"ground_truth": [[]]} if r.get("kind") == "session" and r["session"] == "repeat_1" else r
+                for r in records]
+    called = sum(made for r, _, _, made in problems.step_problems(records) if r["session"] == "repeat_1")
+    assert called >= 1 and problems.counts(unwanted)[calls.UNWANTED] == called  # each step of the turn that called

@@ -88,7 +88,7 @@ def _session(session: str, s: pd.DataFrame, tool_s: float) -> dict:
 
 def headline_rows(runs: Runs) -> list[Row]:
     """The agent's wait per session (paired by session where both ran the same ones: a replay), TTFT at step 1 and
-    at steps 2+, and the cached share of the prompt at steps 2+."""
+    at steps 2+, and the cached share of the prompt at steps 2+; then the live sessions' BFCL score (grades)."""
     from .plan import Plan
 
     mine = runs.of("agent")
@@ -100,13 +100,15 @@ def headline_rows(runs: Runs) -> list[Row]:
     first = {s: t[(t["turn"] == 0) & (t["step"] == 0)]["ttft_ms"].dropna().tolist() for s, t in tables.items()}
     later = {s: t[(t["turn"] > 0) | (t["step"] > 0)]["ttft_ms"].dropna().tolist() for s, t in tables.items()}
     share = {s: t[(t["turn"] > 0) | (t["step"] > 0)]["cached_share"].dropna().tolist() for s, t in tables.items()}
+    from .grades import headline_rows as graded
+
     return [wait_row(mine, runs.base, marks, apart),
             median_row("agent", "TTFT ms, a session's first step", first, runs.base, better="lower", caveats=marks,
                        not_comparable=apart),
             median_row("agent", "TTFT ms, steps 2+", later, runs.base, better="lower", caveats=marks,
                        not_comparable=apart),
             median_row("agent", "cached share of the prompt, steps 2+", share, runs.base, better="higher",
-                       caveats=marks, not_comparable=apart, role="context")]
+                       caveats=marks, not_comparable=apart, role="context")] + graded(runs)
 
 
 def wait_row(mine: dict, base: str, marks: dict, apart: str) -> Row:

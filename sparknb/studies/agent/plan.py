@@ -32,7 +32,8 @@ class Plan(plan.Plan):
     seed: Annotated[int, COMPARED] = Field(0, description="the draw's seed")
     session_ids: list[str] = Field([], description="BFCL ids to run instead of a draw, e.g. ['multi_turn_base_0']")
     sessions_file: str = Field("", description="a JSONL file of sessions in BFCL's multi-turn shape (id, question, "
-                               "initial_config, involved_classes), or empty for BFCL's multi_turn_base")
+                               "initial_config, involved_classes; ground_truth to be graded), or empty for BFCL's "
+                               "multi_turn_base")
     mode: Annotated[Literal["native", "prompt"], COMPARED] = Field(
         "native", description="native (OpenAI `tools`, the server parses calls) or prompt (BFCL's system prompt, the "
         "model writes [func(arg=...)])")
@@ -96,6 +97,12 @@ def _check_shape(entry: dict, where: str) -> None:
         raise DataError(f"{where} is not of BFCL's multi-turn shape ({what}): each line needs id, question (a list of "
                         "turns, each a list of {role, content} messages), initial_config and involved_classes, as in "
                         "BFCL_v4_multi_turn_base.json.")
+    truth = entry.get("ground_truth", turns)
+    if not isinstance(truth, list) or len(truth) != len(turns) or not all(
+            isinstance(t, list) and all(isinstance(c, str) for c in t) for t in truth):
+        raise DataError(f"{where} ({entry['id']}): its ground_truth is not one list of call strings per turn "
+                        f"({len(turns)} turns), as in BFCL's possible_answer/BFCL_v4_multi_turn_base.json; fix it "
+                        "or leave ground_truth out (the session is then run but not graded).")
     why = bfcl.refusal(entry["involved_classes"])
     if why:
         raise DataError(f"{where} ({entry['id']}): {why}.")

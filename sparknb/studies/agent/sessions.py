@@ -7,7 +7,8 @@ record of the answer back, so the same loop runs one session at a time (study.re
 around every request), several in flight (the asyncio client), or replays a sealed live run (`Replay`: the live
 run's messages at every step and its answer lengths, nothing executed). Everything the grader needs is recorded:
 each step's calls as executed and the backends' results, and each turn's final backend state. The records, by kind:
-- `session`: id, mode, involved_classes, turns, tools (the OpenAI tools as one JSON text, in their order), system;
+- `session`: id, mode, involved_classes, turns, tools (the OpenAI tools as one JSON text, in their order), system,
+  and, for a session of one's own that carries BFCL's ground truth, its initial_config and ground_truth;
 - `step`: session, turn, step, sent (the messages added since the last request), and the answer
   (endpoint.completion.Completion's fields: text, tool_calls, cached_tokens, timings) with the server's view;
 - `tools`: session, turn, step, calls (each call string as executed; None where its arguments did not parse),
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterator
 from ...endpoint.tools import ToolCall, prompted
 from ..batch import bfcl
 
+GRADED = ("initial_config", "ground_truth")  # kept where a session of one's own carries its ground truth
 Request = tuple[dict, dict]  # (the record's tag, the chat request's fields besides the messages)
 
 
@@ -48,7 +50,8 @@ class Session:
         # in the order given (replayed sorted, every prompt was 7 tokens shorter than the live one)
         return {"kind": "session", "session": self.id, "mode": self.mode, "involved_classes":
                 self.entry["involved_classes"], "turns": len(self.entry["question"]),
-                "tools": json.dumps(self.tools) if self.tools else None, "system": self.system}
+                "tools": json.dumps(self.tools) if self.tools else None, "system": self.system,
+                **({k: self.entry[k] for k in GRADED} if "ground_truth" in self.entry else {})}
 
     def steps(self) -> Iterator[Request]:
         """Each request of the session in order; sent each answer's record back."""
@@ -99,7 +102,7 @@ def read_calls(answer: dict, mode: str) -> tuple[list[ToolCall], str | None]:
     from `tool_calls` (their arguments must be a JSON object), prompt-mode calls from the text."""
     if mode == "native":
         calls = [ToolCall(**c) for c in answer.get("tool_calls") or ()]
-        bad = [c.name for c in calls if not _parses(c)]
+        bad = [c.name for c in calls if not parses(c)]
         return calls, (f"the arguments of {', '.join(bad)} are not a JSON object" if bad else None)
     text = answer.get("text") or ""
     try:
@@ -108,7 +111,7 @@ def read_calls(answer: dict, mode: str) -> tuple[list[ToolCall], str | None]:
         return [], str(e)
 
 
-def _parses(call: ToolCall) -> bool:
+def parses(call: ToolCall) -> bool:
     try:
         call.parsed()
         return True

@@ -6,18 +6,20 @@
   did not keep an unchanged prefix: its prompt cache is off, its slots too few, or the entry was evicted).
 - A tool call cut at max_tokens; calls written into the content by a server that parses none; a backend's error
   that the model never saw (the turn ended on it, by the step cap).
+Then what the live sessions achieved: their BFCL grades (grades) and their steps' call problems (problems).
 """
 
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 
 from ...runs.report import Finding, info, warning
+from . import grades, problems
 from .figures import session_table, step_table
+from .problems import CALL_IN_TEXT
 
-CALL_IN_TEXT = re.compile(r"<tool_call>|\{\s*\"name\"\s*:|^\s*\[?\s*[A-Za-z_][\w.]*\(\w+\s*=", re.M)
+SPEED = "speed"  # a cache lost doubts the speed rows (they name no key), never the score (grades: batch's SCORES)
+
 
 
 def findings(records: list[dict], engine_fix: str = "") -> list[Finding]:
@@ -27,6 +29,7 @@ def findings(records: list[dict], engine_fix: str = "") -> list[Finding]:
     out = [summary(table, per_session)]
     out += cache_lost(table, [r for r in records if r.get("kind") == "cache_check"])
     out += cut(records) + in_content(records, engine_fix) + unseen(records)
+    out += grades.findings(records) + problems.findings(records)
     return out
 
 
@@ -47,7 +50,7 @@ def cache_lost(table: pd.DataFrame, checks: list[dict]) -> list[Finding]:
         where = f"session {c['session']} turn {c['turn'] + 1} step {c['step'] + 1}"
         out.append(warning(f"CACHE LOST at {where}: the server served {c['cached']} prompt tokens from its cache of "
                            f"the {c['prompt_before']} this session had sent before (by its own per-request count). "
-                           f"{_cause(c)}"))
+                           f"{_cause(c)}", (SPEED,)))
     return out
 
 

@@ -16,23 +16,15 @@ from ...runs.report import Finding, as_records, info
 from ...verdicts import stats
 from ..batch import rule_sets as batch_rules
 from ..batch.ask import Batch
+from ..batch.calls import EXTRA, FEWER, NO_CALL, PROBLEMS, UNPARSED, UNWANTED, named, schema_problems
 from ..batch.compare import Paired, batch_speed, paired
+from ..batch.cost import sentence as cost_sentence
 from ..batch.findings import batch_findings, comparison_findings, coverage
 from ..batch.headline import SCORES
 from ..batch.traps import Traps
-from . import grading
 from .plan import Work
 from .scores import Cost, graded
 
-UNPARSED = "an answer that does not parse as calls"
-NOT_OFFERED = "a call to a function not offered"
-WRONG_TYPE = "an argument of the wrong type"
-MISSING = "a required argument missing"
-EXTRA = "more calls than wanted"
-FEWER = "fewer calls than wanted"
-NO_CALL = "no call where one was wanted"
-UNWANTED = "a call where none was wanted"
-PROBLEMS = (UNPARSED, NOT_OFFERED, WRONG_TYPE, MISSING, EXTRA, FEWER, NO_CALL, UNWANTED)
 CUT = "cut at max_tokens"
 CALL_START = re.compile(r"(\[|[A-Za-z_][\w.]*\s*\(|$)")  # how a text BFCL's decoder could still read begins
 IN_CONTENT = "calls written into the text, not as tool calls"
@@ -48,24 +40,11 @@ def problems(r: dict) -> list[str]:
         return [NO_CALL] if r.get("format") == "native" and not r.get("tool_calls") else [UNPARSED]
     found = [NO_CALL] if not calls else [EXTRA] if len(calls) > wanted else [FEWER] if len(calls) < wanted else []
     offered = {_spelled(f["name"], r): f["parameters"] for f in r["functions"]}
-    for name, args in (next(iter(c.items())) for c in calls if isinstance(c, dict) and len(c) == 1):
-        spec = offered.get(name)
-        found += [NOT_OFFERED] if spec is None else _argument_problems(args, spec)
-    return list(dict.fromkeys(found))
+    return list(dict.fromkeys(found + schema_problems(calls, offered)))
 
 
 def _spelled(name: str, r: dict) -> str:
     return name.replace(".", "_") if r.get("format") == "native" else name
-
-
-def _argument_problems(args: dict, spec: dict) -> list[str]:
-    found = [MISSING] if any(p not in args for p in spec.get("required", [])) else []
-    props = spec.get("properties", {})
-    for p, v in args.items():
-        kind = grading.TYPES.get((props.get(p) or {}).get("type"))
-        if kind is not None and not isinstance(v, kind if kind is not float else (int, float)):
-            found.append(WRONG_TYPE)
-    return found
 
 
 def traps(records: Sequence[dict], share: float) -> Traps:
@@ -119,11 +98,8 @@ def problem_findings(records: Sequence[dict]) -> list[Finding]:
         for p in problems(r):
             seen[p].append(r)
     called = sum(bool(r.get("calls")) for r in done)
-    notes = [info(f"{called} of {len(done)} answers had at least one parsed call.")]
-    for p, rs in seen.items():
-        if rs:
-            notes.append(info(f"{len(rs)} of {len(done)}: {p}; e.g. {rs[0]['item']}: {_shown(rs[0])}"))
-    return notes
+    shown = {p: [(r["item"], _shown(r)) for r in rs] for p, rs in seen.items()}
+    return [info(f"{called} of {len(done)} answers had at least one parsed call.")] + named(shown, len(done), "answers")
 
 
 def _shown(r: dict) -> str:
@@ -141,7 +117,7 @@ def findings(df: pd.DataFrame, work: Work, t: Traps, harness: dict, cost: Cost, 
                              f"(95% Wilson; tasks drawn evenly from {len(work.plan.categories)} categories, an "
                              "unweighted mean of them).", (SCORES,)))
         notes += [Finding(level, s, (SCORES,)) for s in batch_rules.sentences(harness)]
-        notes.append(info(_cost_sentence(cost)))
+        notes.append(info(cost_sentence(cost)))
     notes += coverage(len(work.in_order()), len(df), work, "tasks")
     if batch is not None and batch.asked:
         notes += batch_findings(batch, cached="the prompts of one format begin alike")
@@ -149,17 +125,6 @@ def findings(df: pd.DataFrame, work: Work, t: Traps, harness: dict, cost: Cost, 
         notes += comparison_findings(cmp)
         notes += _format_effect(cmp, work)
     return notes
-
-
-def _cost_sentence(c: Cost) -> str:
-    if c.seconds is None:
-        return (f"Cost of a solved task: unknown ({c.solved} of {c.n} solved, or a time or token count "
-                "missing): nothing to divide by.")
-    tokens = f"{c.tokens.estimate:,.0f} tokens [{c.tokens.low:,.0f}, {c.tokens.high:,.0f}]" if c.tokens else \
-        "tokens unknown"
-    return (f"Cost of a solved task: {c.seconds.estimate:.3g} s [{c.seconds.low:.3g}, {c.seconds.high:.3g}] and "
-            f"{tokens} per task solved ({c.solved} of {c.n}; 95%, {c.seconds.method}). The tokens are every "
-            "generated token: the server's count does not set a reasoning model's thinking apart.")
 
 
 def _format_effect(cmp: Paired, work: Work) -> list[Finding]:

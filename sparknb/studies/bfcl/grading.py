@@ -24,8 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-TYPES = {"string": str, "integer": int, "float": float, "boolean": bool, "array": list, "tuple": list,
-         "dict": dict, "any": str}
+from ..batch.calls import TYPES
+
 NESTED = ("array", "tuple")
 STRIPPED = re.compile(r"[ ,./\-_*^]")
 
