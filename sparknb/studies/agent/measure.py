@@ -28,12 +28,17 @@ def measure(study, plan: Plan) -> list[dict]:
         study.run.record({"kind": "drawn", "sessions": [s.id for s in runs], "source": source(plan)})
         if plan.mode == "native" and not plan.replayed:
             probe_tools(study, runs[0].fields["tools"])
-        if plan.in_flight == 1:
+        if plan.searching or plan.levels:
+            from .sweep import sweep
+
+            sweep(study, plan, lambda record: replays(plan, fields, record))
+        elif plan.in_flight == 1:
             for session in runs:
                 one(study, session)
         else:
             stream.run(lambda: many(study.streaming(), runs, plan.in_flight, study.run.record))
-        diagnose(study, runs)
+        if not (plan.searching or plan.levels):
+            diagnose(study, runs)
     return study.records()
 
 
@@ -97,27 +102,32 @@ async def many(endpoint: stream.AsyncEndpoint, runs: list, in_flight: int, recor
     """`in_flight` sessions at once, a new one started as one ends."""
     queue = iter(runs)
 
+    running = [0]  # sessions in flight now: fewer than `in_flight` once the queue runs dry
+
     async def worker() -> None:
         for session in queue:
+            running[0] += 1
             steps = session.steps()
             request = next(steps, None)
             while request is not None:
                 tag, fields = request
                 try:
                     done = await endpoint.chat(list(session.messages), **fields)
-                    answer = {**tag, **done.as_dict(), "server": {"per_request": done.server}, "in_flight": in_flight}
+                    answer = {**tag, **done.as_dict(), "server": {"per_request": done.server}, "in_flight": in_flight,
+                              "running": running[0]}
                 except EndpointError as e:
                     answer = {**tag, "error": f"{type(e).__name__}: {e}"}
                 record(answer)
                 request = _next(steps, answer)
+            running[0] -= 1
 
     await asyncio.gather(*(worker() for _ in range(in_flight)))
 
 
-def diagnose(study, runs: list) -> None:
+def diagnose(study, runs: list, level: int | None = None) -> None:
     """Each step that lost its cache: the previous request's prompt and this one's, rendered and tokenized by the
     server itself, and the first token where they differ (none: the server did not keep an unchanged prefix)."""
-    steps = [r for r in study.records() if r.get("kind") == "step" and "error" not in r]
+    steps = [r for r in study.records() if r.get("kind") == "step" and "error" not in r and r.get("level") == level]
     by_session: dict[str, list[dict]] = {}
     for r in steps:
         by_session.setdefault(r["session"], []).append(r)
@@ -125,7 +135,8 @@ def diagnose(study, runs: list) -> None:
         records = by_session.get(session.id, [])
         for before, after in zip(records, records[1:]):
             if lost(before, after) and len(session.sent) == len(records):
-                study.run.record(where_it_broke(study.endpoint, session, records, before, after))
+                found = where_it_broke(study.endpoint, session, records, before, after)
+                study.run.record(found | ({"level": level} if level is not None else {}))
 
 
 def lost(before: dict, after: dict) -> bool:

@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ...errors import DataError
 from ...runs import plan
@@ -41,8 +41,33 @@ class Plan(plan.Plan):
     temperature: Temperature
     replay_from: Annotated[str, IGNORED] = Field("", description="a sealed live agent run to replay for speed: "
                                                  "its messages at every step, its answer lengths")
-    in_flight: Annotated[int, COMPARED] = Field(1, ge=1, description="sessions at once, 1 or more")
+    in_flight: Annotated[Annotated[int, Field(ge=1)] | list[Annotated[int, Field(ge=1)]], COMPARED] = Field(
+        1, description="sessions at once, 1 or more; a list (e.g. [1, 2, 4, 8]) sweeps them, replaying")
+    slo_ttft_p95_ms: Annotated[float | None, COMPARED] = Field(
+        None, gt=0, description="the capacity search's SLO: a step's TTFT p95 at most this (ms), or None")
+    slo_decode_tok_s: Annotated[float | None, COMPARED] = Field(
+        None, gt=0, description="the capacity search's SLO: a session's decode tok/s (median) at least this, or None")
+    max_in_flight: Annotated[int, COMPARED] = Field(8, ge=1, description="the capacity search's highest level")
     compare_with: Annotated[plan.RunIds, IGNORED] = Field([], description="earlier agent runs: folders or run ids")
+
+    @model_validator(mode="after")
+    def _levels_replay(self) -> Plan:
+        if (self.searching or isinstance(self.in_flight, list)) and not self.replay_from:
+            raise ValueError("a sweep of in_flight levels or a capacity search (an SLO given) replays a sealed live "
+                             "run, so that every level does the same work: give replay_from")
+        if isinstance(self.in_flight, list) and not self.in_flight:
+            raise ValueError("in_flight is an empty list: give the levels, e.g. [1, 2, 4, 8]")
+        return self
+
+    @property
+    def searching(self) -> bool:
+        """Whether this run searches for the box's capacity (an SLO is given)."""
+        return self.slo_ttft_p95_ms is not None or self.slo_decode_tok_s is not None
+
+    @property
+    def levels(self) -> list[int] | None:
+        """The swept levels, in order (None: one level, as before; the search picks its own)."""
+        return sorted(set(self.in_flight)) if isinstance(self.in_flight, list) else None
 
     def _read_past(self) -> dict[str, list[PastRun]]:
         found = super()._read_past()

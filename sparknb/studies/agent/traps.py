@@ -15,19 +15,22 @@ import re
 import pandas as pd
 
 from ...runs.report import Finding, info, warning
-from .figures import session_table, step_table
+from .capacity import level_findings
+from .figures import first_level, session_table, step_table
 
 CALL_IN_TEXT = re.compile(r"<tool_call>|\{\s*\"name\"\s*:|^\s*\[?\s*[A-Za-z_][\w.]*\(\w+\s*=", re.M)
 
 
 def findings(records: list[dict], engine_fix: str = "") -> list[Finding]:
-    table, per_session = step_table(records), session_table(records)
+    """The run's findings; a sweep's sessions read at its lowest level, then what its levels say (capacity)."""
+    table, per_session, levels = step_table(records), session_table(records), level_findings(records)
+    records = first_level(records)
     if not len(table):
-        return [warning("No step was answered: there is nothing to measure.")]
+        return [warning("No step was answered: there is nothing to measure.")] + levels
     out = [summary(table, per_session)]
     out += cache_lost(table, [r for r in records if r.get("kind") == "cache_check"])
     out += cut(records) + in_content(records, engine_fix) + unseen(records)
-    return out
+    return out + levels
 
 
 def summary(table: pd.DataFrame, per_session: pd.DataFrame) -> Finding:
