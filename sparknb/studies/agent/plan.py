@@ -73,7 +73,16 @@ class Plan(plan.Plan):
         found = super()._read_past()
         if self.replay_from:
             found["replay_from"] = read_past(self.replay_from, NOTEBOOK, what="replay_from", outputs=self.outputs)
+            self._check_levels(found["replay_from"][0])
         return found
+
+    def _check_levels(self, replayed: PastRun) -> None:
+        """A level of N in flight needs N sessions (sweep's docstring says why), refused before the run starts."""
+        count = sum(r.get("kind") == "session" for r in replayed.records)
+        if self.levels and self.levels[-1] > count:
+            raise DataError(f"in_flight {self.levels[-1]} needs as many sessions, and the replayed run "
+                            f"{replayed.id} has {count}: replay a live run of at least {self.levels[-1]} sessions, "
+                            f"or sweep up to {count}.")
 
     @property
     def replayed(self) -> PastRun | None:

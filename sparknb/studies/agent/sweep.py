@@ -5,7 +5,7 @@ check and, where an SLO is given, its verdict; the search's record ends the run.
 
 A level of N in flight needs N sessions: with fewer, fewer than N are ever in flight, and a copy of a session would
 share its prefix with its twin in the server's cache (a cached share no real agent gets). So the levels stop at the
-replayed run's session count, refused before any request where a sweep asks more.
+replayed run's session count, refused before the run starts where a sweep asks more (Plan).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ...endpoint import keepup, stream
-from ...errors import ParamsError
 from .capacity import at_level, boundary, check, judge, next_level
 from .measure import diagnose, many
 from .plan import Plan
@@ -21,10 +20,7 @@ from .plan import Plan
 
 def sweep(study, plan: Plan, replays: Callable[[Callable[[dict], None]], list]) -> None:
     """The plan's levels in order, or the capacity search's; `replays(record)` gives the sessions afresh."""
-    count = len(replays(lambda r: None))
-    if plan.levels and plan.levels[-1] > count:
-        raise ParamsError(f"in_flight {plan.levels[-1]} needs as many sessions, and the replayed run has {count}: "
-                          f"replay a live run of at least {plan.levels[-1]} sessions, or sweep up to {count}.")
+    count = len(replays(lambda r: None))  # the sweep's levels were checked against it (Plan._check_levels)
     if not plan.searching:
         for n in plan.levels:
             level(study, plan, replays, n)
