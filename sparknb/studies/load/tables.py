@@ -32,8 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from ...endpoint.keepup import AGREEMENT_PCT, LAG_LIMIT_S, agreement, saturation
-from ...endpoint.keepup import mean as _mean
+from ...endpoint.keepup import agreement, mean, saturation
 from ...runs.run import measured
 from .windows import ALL, STEADY, windows
 
@@ -99,7 +98,7 @@ def level_row(level: dict, requests: list[dict], slo_ttft_s: float, slo_tpot_s: 
     for metric, seconds in values.items():
         ms = [1000 * v for v in seconds]
         row |= dict(zip(_metric_columns(metric, percentiles),
-                        [_mean(ms) if ms else None, *(_pct(ms, q) for q in percentiles)]))
+                        [mean(ms) if ms else None, *(_pct(ms, q) for q in percentiles)]))
     checks = agreement(level, requests) | {
         "tok/s vs server % (steady)": steady.vs_server_pct, "tok/s vs server % (all)": everything.vs_server_pct,
         "server count ± % (steady)": steady.spread_pct, "server count ± % (all)": everything.spread_pct,
