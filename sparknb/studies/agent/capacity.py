@@ -6,15 +6,16 @@ tok/s, and the client's self-check (endpoint.keepup: its loop's CPU share and la
 server's own per-request one). A level whose client could not keep up is the client's: it is neither a pass nor a
 fail of the server, and the search never counts it.
 
-The capacity search, and how it differs from aiperf's SLO search with a bootstrap interval: aiperf sweeps a grid
-of loads given by hand and bootstraps the goodput of each point over requests, then reads the boundary off the
-grid. Here each level is judged by a bootstrap over *sessions* (the unit that is independent: the steps of one
-session share its prefix and its slot), of the SLO's own statistics (the step TTFT p95, pooled over the resampled
-sessions' steps; the median session's decode tok/s), and decided only where the whole 95% interval lies on one side
-of the SLO (pass, fail; else undecided). The levels are chosen as it goes (doubling from 1 until a level fails or
-`max_in_flight`, then bisection between the highest decided pass and the lowest decided fail), and it stops when
-the two are adjacent: the capacity is then decided. Where no such pair can be had (undecided levels in the gap, or
-a client that could not keep up), it says the interval the boundary lies in, never a point.
+The capacity search, and how it differs from aiperf's (its `max-concurrency-under-sla` recipe, as its documentation
+describes it: a one-dimensional Bayesian-optimization loop over concurrency whose trials are filtered against the SLA
+afterwards, ending on an iteration budget or a plateau, its confidence intervals from repeated runs of a point): here
+each level is judged by a bootstrap over *sessions* (the independent unit: the steps of one session share its prefix
+and its slot) of the SLO's own statistics (the step TTFT p95, pooled over the resampled sessions' steps; the median
+session's decode tok/s), and decided only where the whole 95% interval lies on one side of the SLO (pass, fail; else
+undecided). The levels are chosen by doubling from 1 until a level fails (or `max_in_flight`), then bisection between
+the highest decided pass and the lowest decided fail, which assumes only that more sessions never serve better; it
+stops when the two are adjacent (decided), not on a budget. Where they cannot be made adjacent (undecided levels in
+the gap, a client that could not keep up), it says the interval the boundary lies in, never a point.
 """
 
 from __future__ import annotations
@@ -199,7 +200,21 @@ def level_findings(records: list[dict]) -> list[Finding]:
     elif len(off):
         out.append(info(f"Client against server at every level it kept up: decode time within {off.abs().max():.1f}%"
                         " of the server's own per-request figure."))
-    return out + _capacity([r for r in records if r.get("kind") == "capacity"])
+    return out + _lost(records, int(table.index[0])) + _capacity([r for r in records if r.get("kind") == "capacity"])
+
+
+def _lost(records: list[dict], lowest: int) -> list[Finding]:
+    """Steps that lost their cache at a level above the lowest (whose own are named with the sessions): an eviction
+    under load, or too few slots for the sessions in flight, each with the server's own re-rendering (cache_check)."""
+    lost: dict[int, list[dict]] = {}
+    for c in records:
+        if c.get("kind") == "cache_check" and c.get("level", lowest) > lowest:
+            lost.setdefault(c["level"], []).append(c)
+    return [warning(f"CACHE LOST under load at {n} in flight: {len(cs)} step(s) were served less than half of the "
+                    f"prompt their session had sent before (e.g. session {cs[0]['session']} turn {cs[0]['turn'] + 1} "
+                    f"step {cs[0]['step'] + 1}: {cs[0]['cached']} of {cs[0]['prompt_before']} tokens). Fix: a slot "
+                    "per session in flight (llama-server --parallel) and room for their prefixes.",
+                    about=(f"level {n}",)) for n, cs in sorted(lost.items())]
 
 
 def _num(value, spec: str) -> str:
