@@ -112,6 +112,8 @@ def test_an_slo_none_meets_ends_the_search_at_one_and_two_slos_are_never_compare
 def test_a_sweep_beyond_the_replayed_sessions_is_refused_before_the_run_starts(live):
     with pytest.raises(ParamsError, match="replay_from"):
         agent_plan.Plan.build(in_flight=[1, 2])
+    with pytest.raises(ParamsError, match="picks its own levels"):
+        agent_plan.Plan.build(in_flight=[1, 2], slo_ttft_p95_ms=500, replay_from=str(live[1]))
     with pytest.raises(DataError, match="needs as many sessions"):
         agent_plan.Plan.build(in_flight=[1, SESSIONS + 1], replay_from=str(live[1]))
 

@@ -255,9 +255,11 @@ def capacity_row(runs: Runs) -> list[Row]:
 
 
 def _ratio(c: dict, base: dict) -> stats.Interval:
-    high, base_high = c["high"], base["high"]
-    return stats.Interval(c["capacity"] / base["capacity"], c["low"] / (base_high if base_high else math.inf),
-                          (high / base["low"]) if high is not None and base["low"] else math.inf, 0.95,
+    """From the lowest over the other's highest to the reverse; no interval where a boundary has no upper bound
+    (at least the cap, or a client that could not keep up): such a row cannot decide."""
+    if c["high"] is None or base["high"] is None or not base["low"]:
+        return stats.Interval(c["capacity"] / base["capacity"], math.nan, math.nan, 0.95, "an upper bound unknown")
+    return stats.Interval(c["capacity"] / base["capacity"], c["low"] / base["high"], c["high"] / base["low"], 0.95,
                           "bounds of the two boundaries")
 
 

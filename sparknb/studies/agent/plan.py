@@ -57,6 +57,9 @@ class Plan(plan.Plan):
                              "run, so that every level does the same work: give replay_from")
         if isinstance(self.in_flight, list) and not self.in_flight:
             raise ValueError("in_flight is an empty list: give the levels, e.g. [1, 2, 4, 8]")
+        if self.searching and self.in_flight != 1:
+            raise ValueError("the capacity search (an SLO given) picks its own levels, up to max_in_flight: leave "
+                             "in_flight at 1, or give no SLO to sweep the in_flight levels you name")
         return self
 
     @property
