@@ -25,8 +25,9 @@ SESSIONS = 2  # the real model's server has two slots (real_models): levels 1 an
 
 @pytest.fixture(scope="module")
 def live(smollm2_tools, tmp_path_factory):
-    """A sealed live run (in this process) of two sessions of BFCL's shape (MessageAPI's tools, two turns of one step each, six tokens
-    an answer), both in flight so that both slots of the server hold the tools' prefix: what every level replays."""
+    """A sealed live run (in this process) of two sessions of BFCL's shape (MessageAPI's tools, two turns of one step
+    each, six tokens an answer), both in flight so that both slots of the server hold the tools' prefix: what every
+    level replays."""
     entry = next(e for e in bfcl.entries("multi_turn_base") if "MessageAPI" in e["involved_classes"])
     tmp = tmp_path_factory.mktemp("capacity")
     path = tmp / "sessions.jsonl"

@@ -6,8 +6,8 @@ tool-call and content token, prompt tokens and the ones the server served from i
 prefill time, decode speed), every session's wait split into prefill of new tokens, prefill the cache should have
 saved, and the rest; the traps named (traps). A sealed live run replays to other models for speed (`replay_from`).
 Several sessions in flight (`in_flight: [1, 2, 4, 8]`) and the box's capacity within a stated SLO, found by a
-search that stops when decided (capacity, sweep). The records keep each turn's calls as executed, their results
-and the backends' state, for grading from records.
+search that stops when decided (capacity; measure.sweep). The records keep each turn's calls as executed, their
+results and the backends' state, for grading from records.
 """
 
 from ...verdicts.verdict import Row, Runs

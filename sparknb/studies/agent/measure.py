@@ -6,14 +6,24 @@ Before the first session, native mode asks the server twice, with the tools and 
 server that refuses `tools` is named with the option that enables them, and one that accepts them but renders the
 same prompt without them (the pinned llama-server with --jinja and SmolLM2's own template: 41 tokens both ways,
 `/props` supports_tools False) is refused there, before a session is spent.
+
+Sessions in flight (`in_flight` a list, or the capacity search): the same replayed sessions at each level, N at once
+on the asyncio client, the client checking itself meanwhile (endpoint.keepup), the search choosing its levels as it
+goes (capacity.next_level). Every record of a level carries `level`; the level's own record closes it, with its
+client check and, where an SLO is given, its verdict; the search's record ends the run. A level of N needs N
+sessions: with fewer, fewer than N are ever in flight, and a copy of a session would share its prefix with its twin
+in the server's cache (a cached share no real agent gets); so the levels stop at the replayed run's session count
+(a sweep asking more is refused when the plan is built).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
-from ...endpoint import stream
+from ...endpoint import keepup, stream
 from ...errors import EndpointError, ParamsError
+from .capacity import at_level, boundary, check, judge, next_level
 from .plan import Plan, sessions
 from .sessions import Replay, Session
 
@@ -29,8 +39,6 @@ def measure(study, plan: Plan) -> list[dict]:
         if plan.mode == "native" and not plan.replayed:
             probe_tools(study, runs[0].fields["tools"])
         if plan.searching or plan.levels:
-            from .sweep import sweep
-
             sweep(study, plan, lambda record: replays(plan, fields, record))
         elif plan.in_flight == 1:
             for session in runs:
@@ -160,3 +168,41 @@ def where_it_broke(ep, session, records: list[dict], before: dict, after: dict) 
     return out | {"first_difference": at, "rendered_before": len(first),
                   "text_before": texts[0][max(0, char - 60):char + 60] if char is not None else None,
                   "text_after": texts[1][max(0, char - 60):char + 60] if char is not None else None}
+
+
+def sweep(study, plan: Plan, replays: Callable[[Callable[[dict], None]], list]) -> None:
+    """The plan's levels in order, or the capacity search's; `replays(record)` gives the sessions afresh."""
+    count = len(replays(lambda r: None))  # the sweep's levels were checked against it (Plan._check_levels)
+    if not plan.searching:
+        for n in plan.levels:
+            level(study, plan, replays, n)
+        return
+    cap, tried = min(plan.max_in_flight, count), {}
+    while (n := next_level(tried, cap)) is not None:
+        tried[n] = level(study, plan, replays, n)["verdict"]
+    study.run.record({"kind": "capacity", "slo_ttft_p95_ms": plan.slo_ttft_p95_ms,
+                      "slo_decode_tok_s": plan.slo_decode_tok_s, "sessions": count, **boundary(tried, cap)})
+
+
+def level(study, plan: Plan, replays, n: int) -> dict:
+    """One level: every replayed session, n at once; then its record (the client's check, the verdict)."""
+    def record(r: dict) -> None:
+        study.run.record(r | {"level": n})
+
+    runs = replays(record)
+
+    async def measured() -> dict:
+        watch = keepup.Watch()
+        await many(study.streaming(), runs, n, record)
+        return await watch.client()
+
+    client = stream.run(measured)
+    steps = [r for r in at_level(study.records(), n) if r.get("kind") == "step"]
+    checks = check(steps, client)
+    out = {"kind": "level", "level": n, "client": client, "checks": checks,
+           **judge(steps, plan.slo_ttft_p95_ms, plan.slo_decode_tok_s, checks["saturated"])}
+    if not plan.searching and out["verdict"] != "client":
+        out |= {"verdict": None, "why": None}  # no SLO: nothing to judge, the client's check stands
+    study.run.record(out)
+    diagnose(study, runs, n)
+    return out
