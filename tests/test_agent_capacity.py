@@ -110,6 +110,17 @@ def test_an_slo_none_meets_ends_the_search_at_one_and_two_slos_are_never_compare
     assert "slo_ttft_p95_ms" in row.not_comparable  # two SLOs are never compared
 
 
+def test_a_sweep_without_an_slo_measures_the_levels_named_and_judges_none(live, smollm2_tools):
+    run, said = in_process(live[0], smollm2_tools.url, {**LIVE, "replay_from": str(live[1]), "in_flight": [2]})
+    records = read_records(run)
+    (level,) = [r for r in records if r.get("kind") == "level"]
+    assert level["level"] == 2 and level["verdict"] in (None, "client") and "capacity" not in {
+        r.get("kind") for r in records}
+    steps = [r for r in records if r.get("kind") == "step"]
+    assert len(steps) == 2 * SESSIONS and {r["level"] for r in steps} == {2} and max(r["running"] for r in steps) == 2
+    assert "Sessions in flight: 2: TTFT p95" in said and "CAPACITY" not in said
+
+
 def test_a_sweep_beyond_the_replayed_sessions_is_refused_before_the_run_starts(live):
     with pytest.raises(ParamsError, match="replay_from"):
         agent_plan.Plan.build(in_flight=[1, 2])
