@@ -19,16 +19,33 @@ STEP_COLUMNS = ["session", "turn", "step", "ttft_ms", "tool_call_ms", "content_m
                 "calls", "parsed", "total_s"]
 
 
+def levels_of(records: list[dict]) -> list[int]:
+    """The levels of sessions in flight a sweep measured (capacity), none where the run had one level."""
+    return sorted({r["level"] for r in records if r.get("level") is not None})
+
+
+def at_level(records: list[dict], level: int | None) -> list[dict]:
+    """The records of one level (None: the records of a run of one level, untagged)."""
+    return [r for r in records if r.get("level") == level]
+
+
+def first_level(records: list[dict]) -> list[dict]:
+    """What a run of one level would hold: its lowest level's records, where it swept several (the step and
+    session tables, the findings and the headline rows read a sweep's sessions at its lowest level)."""
+    found = levels_of(records)
+    return records if not found else [r for r in records if r.get("level") in (None, found[0])]
+
+
 def step_table(records: list[dict]) -> pd.DataFrame:
-    """One row a step answered (errors apart), in the order sent."""
+    """One row a step answered (errors apart), in the order sent; a sweep's at its lowest level."""
     rows, before = [], {}
-    for r in records:
+    for r in first_level(records):
         if r.get("kind") != "step" or "error" in r:
             continue
         prior = before.get(r["session"])
         rows.append(_step(r, prior, _ms))
         before[r["session"]] = r
-    parsed = _parsed(records)
+    parsed = _parsed(first_level(records))
     df = pd.DataFrame(rows, columns=STEP_COLUMNS[:-3] + ["total_s"]) if rows else pd.DataFrame(columns=STEP_COLUMNS)
     if len(df):
         keys = list(zip(df["session"], df["turn"], df["step"]))
@@ -64,7 +81,7 @@ def _parsed(records: list[dict]) -> dict:
 def session_table(records: list[dict]) -> pd.DataFrame:
     """One row a session: its wait on the model, split; its tool time; steps and tokens."""
     df = step_table(records)
-    tools = pd.DataFrame([r for r in records if r.get("kind") == "tools"], columns=["session", "tool_s"])
+    tools = pd.DataFrame([r for r in first_level(records) if r.get("kind") == "tools"], columns=["session", "tool_s"])
     rows = []
     for session, mine in df.groupby("session", sort=False):
         rows.append(_session(session, mine, tools[tools["session"] == session]["tool_s"].sum()))

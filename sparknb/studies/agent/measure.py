@@ -6,14 +6,24 @@ Before the first session, native mode asks the server twice, with the tools and 
 server that refuses `tools` is named with the option that enables them, and one that accepts them but renders the
 same prompt without them (the pinned llama-server with --jinja and SmolLM2's own template: 41 tokens both ways,
 `/props` supports_tools False) is refused there, before a session is spent.
+
+Sessions in flight (`in_flight` a list, or the capacity search): the same replayed sessions at each level, N at once
+on the asyncio client, the client checking itself meanwhile (endpoint.keepup), the search choosing its levels as it
+goes (capacity.next_level). Every record of a level carries `level`; the level's own record closes it, with its
+client check and, where an SLO is given, its verdict; the search's record ends the run. A level of N needs N
+sessions: with fewer, fewer than N are ever in flight, and a copy of a session would share its prefix with its twin
+in the server's cache (a cached share no real agent gets); so the levels stop at the replayed run's session count
+(a sweep asking more is refused when the plan is built).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
-from ...endpoint import stream
+from ...endpoint import keepup, stream
 from ...errors import EndpointError, ParamsError
+from .capacity import at_level, boundary, check, judge, next_level
 from .plan import Plan, sessions
 from .sessions import Replay, Session
 
@@ -28,12 +38,15 @@ def measure(study, plan: Plan) -> list[dict]:
         study.run.record({"kind": "drawn", "sessions": [s.id for s in runs], "source": source(plan)})
         if plan.mode == "native" and not plan.replayed:
             probe_tools(study, runs[0].fields["tools"])
-        if plan.in_flight == 1:
+        if plan.searching or plan.levels:
+            sweep(study, plan, lambda record: replays(plan, fields, record))
+        elif plan.in_flight == 1:
             for session in runs:
                 one(study, session)
         else:
             stream.run(lambda: many(study.streaming(), runs, plan.in_flight, study.run.record))
-        diagnose(study, runs)
+        if not (plan.searching or plan.levels):
+            diagnose(study, runs)
     return study.records()
 
 
@@ -97,27 +110,32 @@ async def many(endpoint: stream.AsyncEndpoint, runs: list, in_flight: int, recor
     """`in_flight` sessions at once, a new one started as one ends."""
     queue = iter(runs)
 
+    running = [0]  # sessions in flight now: fewer than `in_flight` once the queue runs dry
+
     async def worker() -> None:
         for session in queue:
+            running[0] += 1
             steps = session.steps()
             request = next(steps, None)
             while request is not None:
                 tag, fields = request
                 try:
                     done = await endpoint.chat(list(session.messages), **fields)
-                    answer = {**tag, **done.as_dict(), "server": {"per_request": done.server}, "in_flight": in_flight}
+                    answer = {**tag, **done.as_dict(), "server": {"per_request": done.server}, "in_flight": in_flight,
+                              "running": running[0]}
                 except EndpointError as e:
                     answer = {**tag, "error": f"{type(e).__name__}: {e}"}
                 record(answer)
                 request = _next(steps, answer)
+            running[0] -= 1
 
     await asyncio.gather(*(worker() for _ in range(in_flight)))
 
 
-def diagnose(study, runs: list) -> None:
+def diagnose(study, runs: list, level: int | None = None) -> None:
     """Each step that lost its cache: the previous request's prompt and this one's, rendered and tokenized by the
     server itself, and the first token where they differ (none: the server did not keep an unchanged prefix)."""
-    steps = [r for r in study.records() if r.get("kind") == "step" and "error" not in r]
+    steps = [r for r in study.records() if r.get("kind") == "step" and "error" not in r and r.get("level") == level]
     by_session: dict[str, list[dict]] = {}
     for r in steps:
         by_session.setdefault(r["session"], []).append(r)
@@ -125,7 +143,8 @@ def diagnose(study, runs: list) -> None:
         records = by_session.get(session.id, [])
         for before, after in zip(records, records[1:]):
             if lost(before, after) and len(session.sent) == len(records):
-                study.run.record(where_it_broke(study.endpoint, session, records, before, after))
+                found = where_it_broke(study.endpoint, session, records, before, after)
+                study.run.record(found | ({"level": level} if level is not None else {}))
 
 
 def lost(before: dict, after: dict) -> bool:
@@ -149,3 +168,41 @@ def where_it_broke(ep, session, records: list[dict], before: dict, after: dict) 
     return out | {"first_difference": at, "rendered_before": len(first),
                   "text_before": texts[0][max(0, char - 60):char + 60] if char is not None else None,
                   "text_after": texts[1][max(0, char - 60):char + 60] if char is not None else None}
+
+
+def sweep(study, plan: Plan, replays: Callable[[Callable[[dict], None]], list]) -> None:
+    """The plan's levels in order, or the capacity search's; `replays(record)` gives the sessions afresh."""
+    count = len(replays(lambda r: None))  # the sweep's levels were checked against it (Plan._check_levels)
+    if not plan.searching:
+        for n in plan.levels:
+            level(study, plan, replays, n)
+        return
+    cap, tried = min(plan.max_in_flight, count), {}
+    while (n := next_level(tried, cap)) is not None:
+        tried[n] = level(study, plan, replays, n)["verdict"]
+    study.run.record({"kind": "capacity", "slo_ttft_p95_ms": plan.slo_ttft_p95_ms,
+                      "slo_decode_tok_s": plan.slo_decode_tok_s, "sessions": count, **boundary(tried, cap)})
+
+
+def level(study, plan: Plan, replays, n: int) -> dict:
+    """One level: every replayed session, n at once; then its record (the client's check, the verdict)."""
+    def record(r: dict) -> None:
+        study.run.record(r | {"level": n})
+
+    runs = replays(record)
+
+    async def measured() -> dict:
+        watch = keepup.Watch()
+        await many(study.streaming(), runs, n, record)
+        return await watch.client()
+
+    client = stream.run(measured)
+    steps = [r for r in at_level(study.records(), n) if r.get("kind") == "step"]
+    checks = check(steps, client)
+    out = {"kind": "level", "level": n, "client": client, "checks": checks,
+           **judge(steps, plan.slo_ttft_p95_ms, plan.slo_decode_tok_s, checks["saturated"])}
+    if not plan.searching and out["verdict"] != "client":
+        out |= {"verdict": None, "why": None}  # no SLO: nothing to judge, the client's check stands
+    study.run.record(out)
+    diagnose(study, runs, n)
+    return out

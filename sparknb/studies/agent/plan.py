@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ...errors import DataError
 from ...runs import plan
@@ -42,14 +42,51 @@ class Plan(plan.Plan):
     temperature: Temperature
     replay_from: Annotated[str, IGNORED] = Field("", description="a sealed live agent run to replay for speed: "
                                                  "its messages at every step, its answer lengths")
-    in_flight: Annotated[int, COMPARED] = Field(1, ge=1, description="sessions at once, 1 or more")
+    in_flight: Annotated[Annotated[int, Field(ge=1)] | list[Annotated[int, Field(ge=1)]], COMPARED] = Field(
+        1, description="sessions at once, 1 or more; a list (e.g. [1, 2, 4, 8]) sweeps them, replaying")
+    slo_ttft_p95_ms: Annotated[float | None, COMPARED] = Field(
+        None, gt=0, description="the capacity search's SLO: a step's TTFT p95 at most this (ms), or None")
+    slo_decode_tok_s: Annotated[float | None, COMPARED] = Field(
+        None, gt=0, description="the capacity search's SLO: a session's decode tok/s (median) at least this, or None")
+    max_in_flight: Annotated[int, COMPARED] = Field(8, ge=1, description="the capacity search's highest level")
     compare_with: Annotated[plan.RunIds, IGNORED] = Field([], description="earlier agent runs: folders or run ids")
+
+    @model_validator(mode="after")
+    def _levels_replay(self) -> Plan:
+        if (self.searching or isinstance(self.in_flight, list)) and not self.replay_from:
+            raise ValueError("a sweep of in_flight levels or a capacity search (an SLO given) replays a sealed live "
+                             "run, so that every level does the same work: give replay_from")
+        if isinstance(self.in_flight, list) and not self.in_flight:
+            raise ValueError("in_flight is an empty list: give the levels, e.g. [1, 2, 4, 8]")
+        if self.searching and self.in_flight != 1:
+            raise ValueError("the capacity search (an SLO given) picks its own levels, up to max_in_flight: leave "
+                             "in_flight at 1, or give no SLO to sweep the in_flight levels you name")
+        return self
+
+    @property
+    def searching(self) -> bool:
+        """Whether this run searches for the box's capacity (an SLO is given)."""
+        return self.slo_ttft_p95_ms is not None or self.slo_decode_tok_s is not None
+
+    @property
+    def levels(self) -> list[int] | None:
+        """The swept levels, in order (None: one level, as before; the search picks its own)."""
+        return sorted(set(self.in_flight)) if isinstance(self.in_flight, list) else None
 
     def _read_past(self) -> dict[str, list[PastRun]]:
         found = super()._read_past()
         if self.replay_from:
             found["replay_from"] = read_past(self.replay_from, NOTEBOOK, what="replay_from", outputs=self.outputs)
+            self._check_levels(found["replay_from"][0])
         return found
+
+    def _check_levels(self, replayed: PastRun) -> None:
+        """A level of N in flight needs N sessions (sweep's docstring says why), refused before the run starts."""
+        count = sum(r.get("kind") == "session" for r in replayed.records)
+        if self.levels and self.levels[-1] > count:
+            raise DataError(f"in_flight {self.levels[-1]} needs as many sessions, and the replayed run "
+                            f"{replayed.id} has {count}: replay a live run of at least {self.levels[-1]} sessions, "
+                            f"or sweep up to {count}.")
 
     @property
     def replayed(self) -> PastRun | None:

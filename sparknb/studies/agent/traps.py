@@ -15,7 +15,8 @@ import pandas as pd
 
 from ...runs.report import Finding, info, warning
 from . import grades, problems
-from .figures import session_table, step_table
+from .capacity import level_findings
+from .figures import first_level, session_table, step_table
 from .problems import CALL_IN_TEXT
 
 SPEED = "speed"  # a cache lost doubts the speed rows (they name no key), never the score (grades: batch's SCORES)
@@ -23,14 +24,16 @@ SPEED = "speed"  # a cache lost doubts the speed rows (they name no key), never 
 
 
 def findings(records: list[dict], engine_fix: str = "") -> list[Finding]:
-    table, per_session = step_table(records), session_table(records)
+    """The run's findings; a sweep's sessions read at its lowest level, then what its levels say (capacity)."""
+    table, per_session, levels = step_table(records), session_table(records), level_findings(records)
+    records = first_level(records)
     if not len(table):
-        return [warning("No step was answered: there is nothing to measure.")]
+        return [warning("No step was answered: there is nothing to measure.")] + levels
     out = [summary(table, per_session)]
     out += cache_lost(table, [r for r in records if r.get("kind") == "cache_check"])
     out += cut(records) + in_content(records, engine_fix) + unseen(records)
     out += grades.findings(records) + problems.findings(records)
-    return out
+    return out + levels
 
 
 def summary(table: pd.DataFrame, per_session: pd.DataFrame) -> Finding:

@@ -7,10 +7,11 @@ import dataclasses
 
 import pandas as pd
 
+from ...endpoint.keepup import AGREEMENT_PCT, LAG_LIMIT_S
 from ...runs.report import Finding, as_records, info, warning
 from .compare import Comparison, as_rows
 from .plan import Plan
-from .tables import AGREEMENT_PCT, LAG_LIMIT_S, knee
+from .tables import knee
 from .windows import ALL, STEADY
 
 WINDOWS = (STEADY, ALL)

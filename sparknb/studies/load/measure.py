@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from ...endpoint import metrics, stream
+from ...endpoint import keepup, metrics, stream
 from ...errors import EndpointError
 from ...runs import resume
 from ...runs.study import Study, server_view
@@ -28,7 +28,6 @@ from .prompts import Prompts
 from .tables import level_line
 
 SAMPLE_S = 0.5  # how often the server's gauges are read during a level
-PROBE_S = 0.01  # the lag probe's sleep
 GIVE_UP_AFTER = 4  # an open-loop level whose first this many requests all failed sends no more
 GAUGES = (metrics.RUNNING, metrics.WAITING, metrics.KV_USE, metrics.PREEMPTIONS,
           metrics.GENERATED)  # a sample: [t, *GAUGES]
@@ -113,7 +112,7 @@ async def _level(endpoint: stream.AsyncEndpoint, level: Level, plan: Plan,
     for sample in samples:
         sample[0] += start - t0
     lags: list[float] = []
-    watchers = [asyncio.ensure_future(_sample(endpoint, t0, samples)), asyncio.ensure_future(_probe(lags))]
+    watchers = [asyncio.ensure_future(_sample(endpoint, t0, samples)), asyncio.ensure_future(keepup.probe(lags))]
     try:
         if level.mode == "concurrency":
             sent = await stream.closed_loop(endpoint, _calls(plan.source, level), int(level.value), keep, t0=t0,
@@ -129,7 +128,7 @@ async def _level(endpoint: stream.AsyncEndpoint, level: Level, plan: Plan,
     await _read(endpoint, t0, samples)  # after the last answer
     return {"kind": "level", "level_name": level.name, "mode": level.mode, "level": level.value,
             "warmup_requests": level.warmup, "count_rule": level.count_rule, "sent": len(sent), "wall_s": wall,
-            "samples": samples, "client": client | {"lags_s": _spread(lags)}}
+            "samples": samples, "client": client | {"lags_s": keepup.spread(lags)}}
 
 
 def _calls(prompts: Prompts, level: Level) -> Iterator[stream.Call]:
@@ -206,22 +205,6 @@ def _gauge_lines(engine) -> tuple[str, ...]:
     """The starts of the /metrics lines that hold GAUGES, by the engine's own names (labelled or not)."""
     raw = [name for name, ours in engine.counters.items() if ours in GAUGES]
     return tuple(name + end for name in raw for end in ("{", " "))
-
-
-async def _probe(lags: list[float]) -> None:
-    """How late the loop wakes from a short sleep: the time by which a chunk's stamp can be late."""
-    while True:
-        t = time.perf_counter()
-        await asyncio.sleep(PROBE_S)
-        lags.append(time.perf_counter() - t - PROBE_S)
-
-
-def _spread(values: list[float]) -> dict:
-    if not values:
-        return {"n": 0, "p50": None, "p99": None, "max": None}
-    ordered = sorted(values)
-    return {"n": len(ordered), "p50": ordered[len(ordered) // 2], "p99": ordered[int(0.99 * (len(ordered) - 1))],
-            "max": ordered[-1]}
 
 
 class _Writer:

@@ -32,12 +32,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from ...endpoint.keepup import agreement, mean, saturation
 from ...runs.run import measured
 from .windows import ALL, STEADY, windows
 
-LOOP_CPU_LIMIT = 0.5  # a loop busy more than half the time queues chunks behind each other
-LAG_LIMIT_S = 0.005  # a loop waking later than this (p99) stamps chunks late by as much
-AGREEMENT_PCT = 2.0
 PERCENTILES = (50, 90, 99)
 METRICS = ("TTFT", "TPOT", "ITL", "E2E")  # each in ms: its mean, then its percentiles
 SERVER = ["running max", "running p50", "waiting max", "KV use max %", "preemptions", "samples"]
@@ -65,72 +63,6 @@ def _pct(values: Sequence[float], q: float) -> float | None:
 
 def _tpot(r: dict) -> float | None:
     return r["decode_s"] / r["decode_tokens"] if r.get("decode_s") and r.get("decode_tokens") else None
-
-
-def saturation(level: dict, checks: dict | None = None) -> str | None:
-    """Why the client could not keep up at this level, or None where it did.
-
-    A busy loop is the client's own limit. A loop that woke late may only have shared a stall of the
-    whole machine with the server: where the server's own timings of the same requests agree with the
-    client's (decode and end to end within AGREEMENT_PCT), the stall is in both clocks and the figures
-    hold; where they disagree, or cannot be had, the level is the client's.
-    """
-    client = level.get("client") or {}
-    share, lag = client.get("loop_cpu_share"), (client.get("lags_s") or {}).get("p99")
-    why = []
-    if share is not None and share > LOOP_CPU_LIMIT:
-        why.append(f"its event loop was busy {100 * share:.0f}% of the time (limit {100 * LOOP_CPU_LIMIT:.0f}%)")
-    values = [(checks or {}).get(k) for k in ("decode vs server %", "E2E vs server %")]
-    if lag is not None and lag > LAG_LIMIT_S and (None in values or any(abs(v) > AGREEMENT_PCT for v in values)):
-        why.append(f"its event loop woke {1000 * lag:.1f} ms late (p99; limit {1000 * LAG_LIMIT_S:.0f} ms) and "
-                   + ("no timings of the server could show its clock was still right" if None in values else
-                      f"its timings differ from the server's own by more than {AGREEMENT_PCT:g}%"))
-    return "; ".join(why) or None
-
-
-def agreement(level: dict, requests: list[dict]) -> dict:
-    """The client's timings against the server's own for the same requests: all the level's answered
-    requests, warmup included, since the server's counters around the level cover exactly those.
-
-    Decode time against the server's own per-request decode time (vLLM's per-request metrics, llama-server's
-    predicted_ms; else vLLM's decode histogram); end to end
-    against its e2e histogram, which runs from the request's arrival at the API server; TTFT as the
-    milliseconds beyond the server's own TTFT histogram (HTTP, a fixed cost, not a share); and the
-    milliseconds the API server held a request before its engine queued it (its TTFT histogram less the
-    per-request queue + TTFT), which grows as the API server's own loop gets busy.
-    """
-    view = level.get("server") or {}
-    answered = [r for r in requests if "error" not in r]
-
-    def timed(*fields: str) -> bool:  # every answered request carries the server's own figure (its engine's)
-        return bool(answered) and all(all((r.get("server") or {}).get(k) is not None for k in fields)
-                                      for r in answered)
-
-    def mean(field: str, server: bool = False) -> float | None:
-        return _mean([(r["server"] if server else r).get(field) for r in answered]) if answered else None
-
-    per_request, decode_timed = timed("queue_s", "ttft_s", "decode_s"), timed("decode_s")
-    engine_ttft = mean("queue_s", True) + mean("ttft_s", True) if per_request else None
-    decode = mean("decode_s", True) if decode_timed else view.get("decode_s")
-    source = "per-request metrics" if per_request else "per-request timings" if decode_timed else None
-    if view.get("e2e_s") is not None or view.get("ttft_s") is not None:
-        source = f"{source} + histograms" if source else "histograms (level means)"
-    return {"decode vs server %": _over(mean("decode_s"), decode),
-            "E2E vs server %": _over(mean("last_token_s"), view.get("e2e_s")),
-            "TTFT beyond server ms": _ms(mean("ttft_s"), view.get("ttft_s")),
-            "API server ms": _ms(view.get("ttft_s"), engine_ttft), "server truth": source}
-
-
-def _over(client: float | None, server: float | None) -> float | None:
-    return 100 * (client / server - 1) if client is not None and server else None
-
-
-def _ms(a: float | None, b: float | None) -> float | None:
-    return 1000 * (a - b) if a is not None and b is not None else None
-
-
-def _mean(values: list) -> float | None:
-    return None if not values or None in values else sum(values) / len(values)
 
 
 def level_row(level: dict, requests: list[dict], slo_ttft_s: float, slo_tpot_s: float,
@@ -166,7 +98,7 @@ def level_row(level: dict, requests: list[dict], slo_ttft_s: float, slo_tpot_s: 
     for metric, seconds in values.items():
         ms = [1000 * v for v in seconds]
         row |= dict(zip(_metric_columns(metric, percentiles),
-                        [_mean(ms) if ms else None, *(_pct(ms, q) for q in percentiles)]))
+                        [mean(ms) if ms else None, *(_pct(ms, q) for q in percentiles)]))
     checks = agreement(level, requests) | {
         "tok/s vs server % (steady)": steady.vs_server_pct, "tok/s vs server % (all)": everything.vs_server_pct,
         "server count ± % (steady)": steady.spread_pct, "server count ± % (all)": everything.spread_pct,
