@@ -134,15 +134,19 @@ def _check_shape(entry: dict, where: str) -> None:
         raise DataError(f"{where} is not of BFCL's multi-turn shape ({what}): each line needs id, question (a list of "
                         "turns, each a list of {role, content} messages), initial_config and involved_classes, as in "
                         "BFCL_v4_multi_turn_base.json.")
-    truth = entry.get("ground_truth", turns)
-    if not isinstance(truth, list) or len(truth) != len(turns) or not all(
-            isinstance(t, list) and all(isinstance(c, str) for c in t) for t in truth):
+    if "ground_truth" in entry and not _one_list_a_turn(entry["ground_truth"], len(turns)):
         raise DataError(f"{where} ({entry['id']}): its ground_truth is not one list of call strings per turn "
                         f"({len(turns)} turns), as in BFCL's possible_answer/BFCL_v4_multi_turn_base.json; fix it "
                         "or leave ground_truth out (the session is then run but not graded).")
     why = bfcl.refusal(entry["involved_classes"])
     if why:
         raise DataError(f"{where} ({entry['id']}): {why}.")
+
+
+def _one_list_a_turn(truth: object, turns: int) -> bool:
+    """A ground truth as BFCL's possible answers give one: a list of call strings for each turn."""
+    return isinstance(truth, list) and len(truth) == turns and all(
+        isinstance(t, list) and all(isinstance(c, str) for c in t) for t in truth)
 
 
 def draw(entries: list[dict], n: int, seed: int) -> list[dict]:
