@@ -2,6 +2,9 @@
 wrote from the very GGUF llama-server serves (sparknb.serving.dequantized).
 
 One vLLM start (minutes the first time: the checkpoint is written and torch.compile runs) and a few short requests.
+vLLM is given sparknb's tool template, its hermes tool-call parser and --enable-prompt-tokens-details
+(real_models.VLLM_TOOLS), so the same start serves an agent session and BFCL items natively; its llama-server is the
+session's shared `smollm2_tools` (the same template), so both render a chat prompt alike.
 The two servers count a prompt alike but do not compute alike (float32 weights against llama.cpp's Q4_1 blocks
 times 8-bit activations), so their greedy answers are not asserted equal: how far they agree is measured.
 """
@@ -14,12 +17,14 @@ import statistics
 
 import httpx
 import pytest
+from bfcl_reference import decoded, graded
 from gguf import GGUFReader
 from support import run_notebook
+from test_agent import LIVE, session_file  # noqa: F401  (session_file: the agent tests' repeat-a-call session)
 from test_real_model import _have_model, _measured
 
 from sparknb.cli import main
-from sparknb.runs.run import verify
+from sparknb.runs.run import read_records, verify
 from sparknb.serving import dequantized, real_models, testbed
 from sparknb.serving.processes import free_port
 
@@ -28,16 +33,15 @@ QUESTIONS = ("What is the capital of France?", "Write a Python function that add
 
 
 @pytest.fixture(scope="module")
-def servers():
-    """vLLM and llama-server, each serving the real model, for this module."""
+def servers(smollm2_tools):
+    """vLLM and llama-server, each serving the real model with sparknb's tool template, for this module."""
     why = _have_model()
     if why:
         if os.environ.get("SPARKNB_REQUIRE_SERVERS") == "1":
             pytest.fail(why, pytrace=False)
         pytest.skip(why)
-    with testbed.start(real_models.SERVED, free_port(), engine="vllm") as vllm, \
-            testbed.start(real_models.SERVED, free_port(), engine="llama.cpp", timeout=120) as llama:
-        yield vllm, llama
+    with testbed.start(real_models.SERVED, free_port(), engine="vllm", extra_args=real_models.VLLM_TOOLS) as vllm:
+        yield vllm, smollm2_tools
 
 
 def _chat(url: str, question: str) -> dict:
@@ -84,3 +88,39 @@ def test_decode_seals_on_vllm_with_exact_prompt_lengths_by_the_servers_own_count
     assert all(r["prompt_tokens"] == r["prompt_length"] for r in records)  # vLLM's own count, from its usage
     gaps = [abs(r["decode_s"] / r["server"]["per_request"]["decode_s"] - 1) for r in records]
     assert statistics.median(gaps) < 0.01, gaps  # the client's clock within 1% of the server's own
+
+
+@pytest.mark.server
+def test_a_live_agent_session_on_vllm_seals_with_its_own_cached_counts_and_its_counter_agrees(servers, session_file,
+                                                                                              tmp_path):
+    """The agent tests' session on vLLM: a tool call its hermes parser read, executed, and the answer to the result.
+    Every step's cached tokens are vLLM's usage figure; one session at a time, so each also equals what vLLM's
+    /metrics prefix-cache hits counter moved by around that request (the server's other count)."""
+    vllm, _ = servers
+    _, folder = run_notebook("agent", tmp_path, {**LIVE, "model": "smollm2-vllm", "sessions_file": session_file,
+                                                 "endpoint": vllm.url})
+    assert verify(folder) == []
+    records = read_records(folder)
+    steps = [r for r in records if r.get("kind") == "step"]
+    assert len(steps) == 2, [r.get("text") for r in steps]  # the call, then the answer to its result
+    tools = next(r for r in records if r.get("kind") == "tools")
+    assert tools["calls"] == ["list_users()"] and "Alice" in tools["results"][0]
+    for r in steps:
+        assert r["cached_tokens"] == r["usage_cached_tokens"] == r["server"]["prefix_cache_hits"], r["server"]
+        assert (r["server"]["per_request"] or {}).get("cached_tokens") is None  # so the hits above are the counter's
+    # vLLM keeps whole blocks only (128 tokens on its CPU build): the second step was served 1,024 of the 1,074 sent
+    # before (the probe with the tools had already cached the first step's 1,024)
+    assert 0 < steps[1]["cached_tokens"] <= steps[0]["prompt_tokens"] < steps[1]["prompt_tokens"]
+
+
+@pytest.mark.server
+def test_bfcl_items_asked_natively_on_vllm_are_graded_as_bfcl_evals_own_checker_grades_them(servers, tmp_path):
+    vllm, _ = servers
+    _, folder = run_notebook("bfcl", tmp_path, {"model": "smollm2-vllm", "endpoint": vllm.url, "format": "native",
+                                                "categories": ["simple_python", "multiple", "irrelevance"],
+                                                "per_category": 1, "max_tokens": 48})
+    assert verify(folder) == []
+    records = [r for r in read_records(folder) if "correct" in r]
+    assert len(records) == 3 and {r["format"] for r in records} == {"native"}
+    for r in records:  # BFCL's own decoder and checker on vLLM's raw answer
+        assert (r["calls"], r["correct"]) == (decoded(r), graded(r)["valid"]), (r["item"], r["text"][:200])

@@ -51,6 +51,10 @@ TEMPLATE = Path(__file__).parent / "templates" / "chatml-tools.jinja"  # sparknb
 TOOLS: dict[str, tuple[str, ...]] = {"smollm2-tools": ("--jinja", "--chat-template-file", str(TEMPLATE),
                                                        "--parallel", "2")}
 NAMES = (*SPECULATION, *TOOLS)
+# The same template on vLLM (`smollm2` there): its hermes parser reads the <tool_call> JSON back into `tool_calls`,
+# and only --enable-prompt-tokens-details makes its usage carry a request's cached tokens (vLLM 0.32's own flags).
+VLLM_TOOLS = ("--chat-template", str(TEMPLATE), "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+              "--enable-prompt-tokens-details")
 # 4 slots of 4,096 tokens: a 5-shot MMLU-Pro prompt and its answer fit one; the KV cache (f16, 30 layers of
 # 3 KV heads of 64) is 23 KiB per token, 368 MiB in all.
 PARALLEL, SLOT_CONTEXT = 4, 4096
