@@ -225,3 +225,26 @@ def test_call_problems_on_real_steps_are_named_as_the_bfcl_study_names_them(prom
                 for r in records]
     called = sum(made for r, _, _, made in problems.step_problems(records) if r["session"] == "repeat_1")
     assert called >= 1 and problems.counts(unwanted)[calls.UNWANTED] == called  # each step of the turn that called
+
+
+def _steps(gaps_ms: list[float], prompts: list[int], in_flight: int | None = None) -> list[dict]:
+    """Step records as the study writes them: the client's TTFT, the server's own prompt time, the prompt and its
+    cached part (every step's last 150 tokens new)."""
+    return [{"kind": "step", "session": "s", "turn": i, "step": 0, "ttft_s": 0.004 + gap / 1000, "prompt_tokens": n,
+             "cached_tokens": n - 150, "server": {"per_request": {"prefill_s": 0.004}},
+             **({"in_flight": in_flight} if in_flight else {})} for i, (gap, n) in enumerate(zip(gaps_ms, prompts))]
+
+
+def test_the_time_before_a_prompt_that_the_server_does_not_count_is_named_with_what_it_grows_with():
+    """As on the H100 (18 to 29 ms a step at 6,783 to 11,133 tokens, 2.3 to 2.6 us a token): named with its slope;
+    a few ms (HTTP and the client) or sessions in flight (a queue) name nothing."""
+    from sparknb.studies.agent import figures, traps
+
+    prompts = [6783, 7400, 8100, 8900, 9600, 10400, 11133]
+    grown = _steps([0.6 + 0.0025 * n for n in prompts], prompts)
+    said = traps.untimed(figures.step_table(grown), grown)
+    assert len(said) == 1 and "THE SERVER DOES NOT COUNT" in said[0].text and "2.5 us a token" in said[0].text
+    flat = _steps([2.0] * 7, prompts)
+    queued = _steps([0.6 + 0.0025 * n for n in prompts], prompts, in_flight=4)
+    assert traps.untimed(figures.step_table(flat), flat) == []
+    assert traps.untimed(figures.step_table(queued), queued) == []
