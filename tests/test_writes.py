@@ -5,6 +5,7 @@ suite's tiny llama-server; the kernel is papermill's own, killed with SIGKILL as
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -12,6 +13,7 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -27,19 +29,26 @@ DECODE = {"model": MODEL, "prompt_lengths": [32, 64], "repetitions": 8, "warmup"
 ALL = [(n, rep) for n in (32, 64) for rep in range(8)]
 
 
+@contextlib.contextmanager
+def tmpfs(folder: Path, options: str) -> Iterator[Path]:
+    """A real tmpfs mounted on `folder` (root only: the test is skipped, saying why, where it cannot be), unmounted
+    after."""
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True,
+                             text=True)
+    if mounted.returncode:
+        pytest.skip(f"a tmpfs ({options}) cannot be mounted here (root only): {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path):
     """A 40 MiB tmpfs: room for the run's 16 MiB reserve, a decode run, and a filler that takes the rest."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(disk)], capture_output=True,
-                             text=True)
-    if mounted.returncode:
-        pytest.skip(f"a small tmpfs cannot be mounted here (root only): {mounted.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", "size=40m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def fill(disk: Path) -> Path:
@@ -79,17 +88,9 @@ def test_a_run_is_refused_before_any_kernel_where_the_disk_has_no_room_to_seal_i
 
 
 def test_a_read_only_outputs_folder_is_refused_before_any_kernel_naming_the_fix(tmp_path):
-    frozen = tmp_path / "frozen"
-    frozen.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(frozen)], capture_output=True,
-                             text=True)
-    if mounted.returncode:
-        pytest.skip(f"a read-only tmpfs cannot be mounted here (root only): {mounted.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "frozen", "ro,size=1m") as frozen:
         with pytest.raises(ExecuteError, match=f"Could not write to {frozen}/decode: .*Make the folder writable"):
             run_notebook("decode", {"model": MODEL}, frozen)
-    finally:
-        subprocess.run(["umount", "-l", str(frozen)], check=False)
 
 
 def finish(tmp_path: Path, server, first: Path, outputs: Path) -> list[dict]:
