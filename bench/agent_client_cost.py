@@ -1,14 +1,20 @@
-"""What the agent study's client costs per step, against the step's own time, two ways, at 1 and 8 sessions in flight:
+"""What the agent study's client costs per step, against the step's own time, two ways, at 1 and 8 sessions in flight,
+each through the study's own path (a study opened as `sparknb run agent` opens it: at 1 in flight each request
+through study.request, the server's counters read around it; in flight, the asyncio client; every record written
+to the run folder and pushed to disk):
 
 - its CPU: the process's CPU time over the sessions (the session loop, the messages, serialization, reading the
-  streams), less the time spent executing the calls on BFCL's backends (tool time, counted apart in the study too);
+  streams, the counters, the records), less the time spent executing the calls on BFCL's backends (tool time,
+  counted apart in the study too);
 - its time in the agent's way: each session's wall time from its first request to its last answer, less its
   requests' own times (sending to the last byte) and its tool time: what the session waited on the client.
 
 Each per step, over the mean step time. On the real model (SmolLM2 on llama-server with sparknb's tool template),
-live; or, given --url and --run, a sealed live run replayed to any server (as the study's replay_from does).
+live; or, given --url and --run, a sealed live run replayed to a server that a model's params name (as the study's
+replay_from does).
 
-The study's promise is that this is under 1% of a step: the client adds nothing a user of the agent would wait for.
+The study's promise is that the time in the agent's way is under 1% of a step: the client adds nothing a user of
+the agent would wait for. Its CPU overlaps the server's work (it reads the stream while the server decodes).
 
     python bench/agent_client_cost.py [--sessions 8] [--in-flight 1 8]
     python bench/agent_client_cost.py --url http://127.0.0.1:8093/v1 --model small-1.7b --run RUN [--in-flight 1 8]
@@ -25,12 +31,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sparknb.endpoint import stream  # noqa: E402
-from sparknb.endpoint.client import Endpoint  # noqa: E402
+from sparknb.runs.run import read_past  # noqa: E402
+from sparknb.runs.study import start  # noqa: E402
 from sparknb.serving import testbed  # noqa: E402
 from sparknb.serving.processes import free_port  # noqa: E402
 from sparknb.studies.agent import plan as agent_plan  # noqa: E402
-from sparknb.runs.run import read_past  # noqa: E402
-from sparknb.studies.agent.measure import many  # noqa: E402
+from sparknb.studies.agent.measure import many, one  # noqa: E402
 from sparknb.studies.agent.sessions import Replay, Session  # noqa: E402
 
 
@@ -57,16 +63,22 @@ class Timed:
                 request = None
 
 
-def cost(url: str, model: str, sessions, in_flight: int) -> dict:
-    """Run the sessions (`sessions(record)` makes them afresh); the client's CPU and its time in the sessions' way
-    per step (tool time out), and the mean step time."""
-    records: list[dict] = []
-    ep = Endpoint(url, model, timeout=600)
-    ep.info()
-    runs = [Timed(s) for s in sessions(records.append)]
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    stream.run(lambda: many(stream.AsyncEndpoint(url, model, engine=ep.engine), runs, in_flight, records.append))
-    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+def cost(model: str, url: str, sessions, in_flight: int) -> dict:
+    """Run the sessions (`sessions(record)` makes them afresh) in a study of their own, unsealed, in a folder that
+    goes with it; the client's CPU and its time in the sessions' way per step (tool time out), and the step time."""
+    with tempfile.TemporaryDirectory() as outputs:
+        study = start("agent", model=model, endpoint=url, outputs=outputs, seal=False,
+                      settings={"bench": "agent_client_cost", "in_flight": in_flight})
+        runs = [Timed(s) for s in sessions(study.run.record)]
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        if in_flight == 1:
+            for session in runs:
+                one(study, session)
+        else:
+            stream.run(lambda: many(study.streaming(), runs, in_flight, study.run.record))
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        records = study.records()
+        study.finish({})
     steps = [r for r in records if r.get("kind") == "step" and "error" not in r]
     tool_s = sum(r["tool_s"] for r in records if r.get("kind") == "tools")
     waited = sum(s.times[-1] - s.times[0] for s in runs) - sum(r["total_s"] for r in steps) - tool_s
@@ -96,13 +108,13 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=96, help="the longest answer of a step")
     parser.add_argument("--sessions-file", default="", help="a JSONL of sessions in BFCL's shape instead of a draw")
     parser.add_argument("--url", default="", help="a running server's /v1 root, to replay --run to")
-    parser.add_argument("--model", default="smollm2", help="the name that server serves")
+    parser.add_argument("--model", default="smollm2-tools-llamacpp", help="the model's params (params/models/)")
     parser.add_argument("--run", default="", help="a sealed live agent run (folder or id) to replay")
     parser.add_argument("--outputs", default="", help="the outputs folder that holds --run")
     args = parser.parse_args()
     if args.url:
         run = read_past(args.run, "agent", what="--run", outputs=args.outputs)[0]
-        rows = [cost(args.url, args.model, replayed(run, n), n) for n in args.in_flight]
+        rows = [cost(args.model, args.url, replayed(run, n), n) for n in args.in_flight]
     else:
         rows = live(args)
     print(f"{'in flight':>9} {'sessions':>8} {'steps':>6} {'wall s':>7} {'step ms':>8} {'client CPU ms/step':>18} "
@@ -121,8 +133,9 @@ def live(args) -> list[dict]:
     with tempfile.TemporaryDirectory() as out, testbed.start(
             "smollm2-tools", free_port(), engine="llama.cpp", timeout=120, log_path=Path(out) / "server.log",
             extra_args=("--parallel", "8", "--ctx-size", str(8 * 8192))) as server:
-        return [cost(server.url, "smollm2", lambda record: [Session(e, "native", 3, fields, record) for e in entries],
-                     n) for n in args.in_flight]
+        return [cost("smollm2-tools-llamacpp", server.url,
+                     lambda record: [Session(e, "native", 3, fields, record) for e in entries], n)
+                for n in args.in_flight]
 
 
 if __name__ == "__main__":
