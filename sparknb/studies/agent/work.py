@@ -108,11 +108,18 @@ def judged(study, work: Work, session: str) -> None:
     record = {"kind": "graded", Plan.key: session, "bfcl": verdict}
     if work.live is not None:
         work.live.add(session, bool(verdict))
-        seq = work.live.sequence
-        n, low, high, estimate = seq.path[-1] if seq.path else (0, -1.0, 1.0, 0.0)
-        record["sequence"] = {"sessions": n, "low": low, "high": high, "estimate": estimate,
-                              "outcome": seq.outcome, "reason": seq.reason}
+        record["sequence"] = now = state(work.live.sequence)
+        print(f"[{now['sessions']} of {len(work.live.ids)}] {session} {'passed' if verdict else 'failed'}; B minus A "
+              f"{100 * now['estimate']:+.0f} points [{100 * now['low']:+.0f}, {100 * now['high']:+.0f}]: "
+              f"{now['reason']}")
     study.run.record(record)
+
+
+def state(seq: sequential.PairedSequence) -> dict:
+    """The sequence after its last pair: the sessions fed, its interval and estimate, its outcome and why."""
+    n, low, high, estimate = seq.path[-1] if seq.path else (0, -1.0, 1.0, 0.0)
+    return {"sessions": n, "low": low, "high": high, "estimate": estimate, "outcome": seq.outcome,
+            "reason": seq.reason}
 
 
 def findings(work: Work, records: list[dict]) -> list[Finding]:
