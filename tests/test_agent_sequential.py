@@ -18,6 +18,7 @@ from support import FakeVllm, outputs_text, run_notebook, serve, strict
 from sparknb.endpoint.tools import prompted
 from sparknb.errors import DataError, ParamsError
 from sparknb.runs.run import read_past, read_records, verify
+from sparknb.runs.study import start
 from sparknb.studies import agent
 from sparknb.studies.agent import plan as agent_plan
 from sparknb.studies.batch import bfcl
@@ -81,6 +82,19 @@ def _run(tmp, faulty: bool, **more) -> tuple:
     return nb, folder, read_records(folder), Truth.asked
 
 
+def _in_process(tmp, faulty: bool, **more):
+    """A run as the notebook makes it, in this process (a kernel's start costs seconds, more on a loaded box): its
+    sealed folder and its records."""
+    Truth.faulty, outputs = faulty, str(tmp / "outputs")
+    plan = agent_plan.Plan.build(**{k: v for k, v in BASE.items() if k != "model"}, **more, outputs=outputs)
+    work = agent.prepare(plan, BASE["model"])
+    with serve(Truth) as url:
+        study = start("agent", model=BASE["model"], endpoint=url, outputs=outputs, settings=work.settings())
+        records = agent.measure(study, work)
+        study.finish({"graded": agent.grade_summary(records), "sequential": agent.held(work, records)})
+    return study.run.path, records
+
+
 def _asked(records: list[dict]) -> list[str]:
     """The sessions a run asked itself, in order (not those it reused)."""
     return [r["session"] for r in records if r.get("kind") == "session" and "resumed_from" not in r]
@@ -100,13 +114,13 @@ def test_what_cannot_be_asked_sequentially_is_refused_before_any_request(tmp_pat
 
 def test_sessions_asked_sequentially_stop_when_decided_and_resume_where_they_stopped(tmp_path):
     ids = [i for i, _ in CHOSEN.values()]
-    _, base, records, _ = _run(tmp_path, False, session_ids=ids)
+    base, records = _in_process(tmp_path, False, session_ids=ids)
     assert agent.grade_table(records)["bfcl"].tolist() == [True] * SESSIONS  # BFCL's own truth passes everywhere
     order = sequential.a_order(read_past(str(base), "agent")[0], dict.fromkeys(ids, True), agent.Plan.drawn)
 
     # Cut by its budget first: the sequence cannot tell after 4 sessions, all of them failed
     sequential_run = {"session_ids": ids, "sequential": True, "compare_with": [str(base)]}
-    _, cut, records, _ = _run(tmp_path, True, budget=4, **sequential_run)
+    cut, records = _in_process(tmp_path, True, budget=4, **sequential_run)
     assert _asked(records) == order[:4]
     states = [r["sequence"] for r in records if r.get("kind") == "graded"]
     assert [s["sessions"] for s in states] == [1, 2, 3, 4] and states[-1]["outcome"] == "cannot tell"
