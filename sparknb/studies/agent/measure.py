@@ -14,6 +14,9 @@ client check and, where an SLO is given, its verdict; the search's record ends t
 sessions: with fewer, fewer than N are ever in flight, and a copy of a session would share its prefix with its twin
 in the server's cache (a cached share no real agent gets); so the levels stop at the replayed run's session count
 (a sweep asking more is refused when the plan is built).
+
+A resumed run writes the sessions it reuses first, their records whole (work.Work.kept); a sequential run asks the
+rest one at a time, each graded the moment it ends (work.judged), and sends nothing once its sequence decides.
 """
 
 from __future__ import annotations
