@@ -27,21 +27,24 @@ from sparknb.runs.run import read_records
 
 TMP, REPORT = Path(sys.argv[1]), Path(sys.argv[2])
 OUTPUTS = TMP / "outputs"
-CAMPAIGN = """
+# The tiny model on llama-server: each box starts its own server for its cells, in about a second where vLLM's
+# took a minute a start (six starts: the campaign, its resume and the Ctrl-C campaign on two boxes each)
+MODEL = "tiny-dense-llamacpp"
+CAMPAIGN = f"""
 name: two-boxes
 question: Does the same tiny model run alike on two boxes?
-models: [tiny-dense]
+models: [{MODEL}]
 studies:
-  decode: {prompt_lengths: [64], output_tokens: 16, warmup: 0, repetitions: 2}
-  prefill: {prompt_lengths: [100, 300], warmup: 0, repetitions: 2}
+  decode: {{prompt_lengths: [64], output_tokens: 16, warmup: 0, repetitions: 2}}
+  prefill: {{prompt_lengths: [100, 300], warmup: 0, repetitions: 2}}
 boxes:
-  spark-a: {models: {tiny-dense: {notes: measured on spark-a}}}
-  spark-b: {hardware: gb10}
+  spark-a: {{models: {{{MODEL}: {{notes: measured on spark-a}}}}}}
+  spark-b: {{hardware: gb10}}
 """
-# The Ctrl-C campaign: cells long enough to be stopped while they measure.
+# The Ctrl-C campaign: cells long enough to be stopped while they measure (a minute a cell and more).
 LONG = CAMPAIGN.replace("name: two-boxes", "name: long").replace(
     "decode: {prompt_lengths: [64], output_tokens: 16, warmup: 0, repetitions: 2}",
-    "decode: {prompt_lengths: [64], output_tokens: 64, warmup: 0, repetitions: 40}")
+    "decode: {prompt_lengths: [64], output_tokens: 256, warmup: 0, repetitions: 400}")
 WAIT_S = 900
 
 
@@ -83,7 +86,7 @@ def newest_campaign(before: set) -> Path | None:
 
 
 def servers(box_name: str | None = None) -> list[int]:
-    """Live vLLM servers started from here (by their environment), on one box or any."""
+    """Live servers started from here (by their environment), on one box or any."""
     found = []
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -94,7 +97,7 @@ def servers(box_name: str | None = None) -> list[int]:
             continue
         mine = f"SPARKNB_TEST_MARK={os.environ['SPARKNB_TEST_MARK']}".encode() in environ
         on_box = box_name is None or f"SPARKNB_BOX={box_name}".encode() in environ
-        if mine and on_box and state != "Z" and b"vllm" in command.lower():
+        if mine and on_box and state != "Z" and b"llama-server" in command.lower():
             found.append(int(entry))
     return found
 
@@ -117,7 +120,7 @@ def join(name: str):
 
 (TMP / "two-boxes.yaml").write_text(CAMPAIGN)
 (TMP / "long.yaml").write_text(LONG)
-report: dict = {}
+report: dict = {"model": MODEL}
 cluster = Cluster()
 join("spark-a")
 node_b = join("spark-b")
@@ -127,7 +130,7 @@ try:
     report["nodes"] = {"spark-a": ids["spark-a"], "spark-b": ids["spark-b"]}
 
     # 1. One folder altered in transit; spark-b killed once its first cell is in.
-    proc = campaign(env={"SPARKNB_TEST_ALTER_IN_TRANSIT": "decode/tiny-dense/1@spark-a"})
+    proc = campaign(env={"SPARKNB_TEST_ALTER_IN_TRANSIT": f"decode/{MODEL}/1@spark-a"})
     first = wait_for("campaign folder", lambda: newest_campaign(set()), proc)
     wait_for("a finished cell on spark-b", lambda: any(
         r.get("box") == "spark-b" and r.get("status") for r in read_records(first)), proc)

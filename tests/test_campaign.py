@@ -74,11 +74,16 @@ def _members(pgid: int) -> list[int]:
     return out
 
 
+MOE, DENSE = "tiny-moe-llamacpp", "tiny-dense-llamacpp"
+
+
 @pytest.mark.server
+@pytest.mark.llamacpp
 def test_ctrl_c_stops_cleanly_and_resume_runs_only_what_is_missing(tmp_path):
+    """On llama-server, which starts in a second (each of vLLM's three starts here took a minute and more)."""
     path = _file(tmp_path, """
 name: two-cells
-models: [tiny-moe, tiny-dense]
+models: [tiny-moe-llamacpp, tiny-dense-llamacpp]
 studies:
   decode: {prompt_lengths: [64], output_tokens: 16, warmup: 0, repetitions: 1}
 """)
@@ -104,17 +109,17 @@ studies:
     for pid in [e["pid"] for e in events if e.get("event") == "server up"]:
         assert _members(pid) == [], f"server group {pid} left running"
     done = [e for e in events if e.get("status") == "done"]
-    assert [e["cell"] for e in done] == ["decode/tiny-moe/1"] and verify(done[0]["run"]) == []
+    assert [e["cell"] for e in done] == ["decode/tiny-moe-llamacpp/1"] and verify(done[0]["run"]) == []
     assert not (record / "manifest.json").exists()  # unsealed: it can be resumed
 
     again = subprocess.run([*command, "--resume", record.name], cwd=project_root(), capture_output=True, text=True,
                            timeout=900)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "1 already done" in again.stdout and "[1/1] decode/tiny-dense/1: sealed" in again.stdout
+    assert "1 already done" in again.stdout and "[1/1] decode/tiny-dense-llamacpp/1: sealed" in again.stdout
     assert "left" in again.stdout  # the progress line estimates what is left
     events = read_records(record)
     cells = [e["cell"] for e in events if e.get("status") == "done"]
-    assert cells == ["decode/tiny-moe/1", "decode/tiny-dense/1"]  # the first was not run again
+    assert cells == ["decode/tiny-moe-llamacpp/1", "decode/tiny-dense-llamacpp/1"]  # the first was not run again
     assert verify(record) == []
     params = json.loads((record / "params.json").read_text())
     assert [c["cell"] for c in params["cells"]] == cells
@@ -123,9 +128,9 @@ studies:
     assert main(["run", "compare", "-p", "campaign", record.name, "--outputs", str(outputs)]) == 0
     (report,) = (outputs / "compare").iterdir()
     headline = json.loads((report / "summary.json").read_text())["headline"]
-    assert headline["subjects"] == ["tiny-moe", "tiny-dense"]
+    assert headline["subjects"] == [MOE, DENSE]
     row = next(r for r in headline["rows"] if r["figure"] == "tok/s at 64 tokens")
-    assert set(row["values"]) == {"tiny-moe", "tiny-dense"} and "tiny-dense" in row["ratios"]
+    assert set(row["values"]) == {MOE, DENSE} and DENSE in row["ratios"]
     decision = next(d for d in headline["decisions"] if d["figure"] == "tok/s at 64 tokens")
     assert decision["outcome"] == "caveated"  # one request a side is too few for an interval, and it says so
     assert any("too few measurements" in reason for reason in decision["reasons"])
@@ -133,10 +138,10 @@ studies:
     # Beside the measured ratio, the one the two byte curves predict (bytes a step reads, tokens a step yields).
     tables = {e["cell"].split("/")[1]: json.loads((Path(e["run"]) / "summary.json").read_text())["table"][0]
               for e in events if e.get("status") == "done"}
-    moe, dense = tables["tiny-moe"], tables["tiny-dense"]
+    moe, dense = tables[MOE], tables[DENSE]
     predicted = next(r for r in headline["rows"] if r["figure"] == "speed ratio at 64 tokens predicted by the byte curves")
     expected = moe["MB read/step"] / dense["MB read/step"] / (moe["tokens/step"] or 1)
-    assert predicted["values"]["tiny-dense"] == pytest.approx(expected) and "measured" in predicted["note"]
+    assert predicted["values"][DENSE] == pytest.approx(expected) and "measured" in predicted["note"]
 
 
 def test_a_model_that_cannot_be_served_fails_its_cells_and_the_campaign_goes_on(tmp_path):

@@ -329,8 +329,9 @@ def _end(env: dict) -> None:
 
 
 @pytest.mark.server
+@pytest.mark.llamacpp
 def test_a_campaign_over_two_boxes_runs_each_cell_on_its_box_and_survives_a_box_dropping_out(tmp_path):
-    """Two Ray nodes (spark-a, spark-b), one tiny vLLM server on each; see cluster_scenario.py for the steps."""
+    """Two Ray nodes (spark-a, spark-b), one tiny llama-server on each; see cluster_scenario.py for the steps."""
     env, mark = _env(tmp_path)
     env.pop("SPARKNB_API_KEY", None)  # each box has its own key; this machine (the driver) has none
     report_path = tmp_path / "report.json"
@@ -344,7 +345,7 @@ def test_a_campaign_over_two_boxes_runs_each_cell_on_its_box_and_survives_a_box_
     assert left == [], f"left running: {left}"
     report = json.loads(report_path.read_text())
     outputs = tmp_path / "outputs"
-    nodes = report["nodes"]
+    nodes, model = report["nodes"], report["model"]
 
     # 1. The first campaign: one folder altered in transit, spark-b killed after its first cell.
     first = outputs / "campaigns" / report["first"]["id"]
@@ -353,14 +354,14 @@ def test_a_campaign_over_two_boxes_runs_each_cell_on_its_box_and_survives_a_box_
         if r.get("cell"):
             rows.setdefault(r["cell"], r)
     assert "2 cell(s) failed" in report["first"]["out"], report["first"]["out"]
-    assert rows["decode/tiny-dense/1@spark-a"]["status"] == "failed"
-    assert "refused on arrival" in rows["decode/tiny-dense/1@spark-a"]["reason"]
-    assert "changed: records.jsonl" in rows["decode/tiny-dense/1@spark-a"]["reason"]
-    assert "run" not in rows["decode/tiny-dense/1@spark-a"]  # nothing of it was placed here
-    assert rows["prefill/tiny-dense/1@spark-a"]["status"] == "done"
-    assert rows["decode/tiny-dense/1@spark-b"]["status"] == "done"
-    assert rows["prefill/tiny-dense/1@spark-b"]["status"] == "failed"
-    assert "box spark-b dropped out" in rows["prefill/tiny-dense/1@spark-b"]["reason"]
+    assert rows[f"decode/{model}/1@spark-a"]["status"] == "failed"
+    assert "refused on arrival" in rows[f"decode/{model}/1@spark-a"]["reason"]
+    assert "changed: records.jsonl" in rows[f"decode/{model}/1@spark-a"]["reason"]
+    assert "run" not in rows[f"decode/{model}/1@spark-a"]  # nothing of it was placed here
+    assert rows[f"prefill/{model}/1@spark-a"]["status"] == "done"
+    assert rows[f"decode/{model}/1@spark-b"]["status"] == "done"
+    assert rows[f"prefill/{model}/1@spark-b"]["status"] == "failed"
+    assert "box spark-b dropped out" in rows[f"prefill/{model}/1@spark-b"]["reason"]
     assert [e["box"] for e in read_records(first) if e.get("event") == "box lost"] == ["spark-b"]
     assert report["first"]["left_on_b_after_kill"] == []  # its server went down with the node
     assert "spark-a: node " in report["first"]["status"] and "spark-b: GONE" in report["first"]["status"]
@@ -370,12 +371,12 @@ def test_a_campaign_over_two_boxes_runs_each_cell_on_its_box_and_survives_a_box_
     assert report["resume"]["rc"] == 0, report["resume"]["out"]
     assert "4 cells, 2 already done" in report["resume"]["out"]
     done_rows = [r for r in read_records(first) if r.get("status") == "done"]
-    assert {r["cell"] for r in done_rows[2:]} == {"decode/tiny-dense/1@spark-a", "prefill/tiny-dense/1@spark-b"}
+    assert {r["cell"] for r in done_rows[2:]} == {f"decode/{model}/1@spark-a", f"prefill/{model}/1@spark-b"}
     assert len(done_rows) == 4
     assert verify(first) == []  # every cell done: the campaign is sealed
     for row in done_rows:
         box = row["box"]
-        expected = nodes["spark-b-again"] if row["cell"] == "prefill/tiny-dense/1@spark-b" else nodes[box]
+        expected = nodes["spark-b-again"] if row["cell"] == f"prefill/{model}/1@spark-b" else nodes[box]
         assert row["node_id"] == expected  # ran on its box's node
         folder = Path(row["run"])
         assert folder.parent == outputs / row["notebook"] and verify(folder) == []
@@ -399,7 +400,7 @@ def test_a_campaign_over_two_boxes_runs_each_cell_on_its_box_and_survives_a_box_
                  "--outputs", str(outputs)]) == 0
     (compared,) = (outputs / "compare").iterdir()
     (headline,) = json.loads((compared / "summary.json").read_text())["headlines"]
-    assert headline["subjects"] == ["spark-a", "spark-b"] and headline["title"] == "tiny-dense on each box"
+    assert headline["subjects"] == ["spark-a", "spark-b"] and headline["title"] == f"{model} on each box"
     figures = {r["figure"] for r in headline["rows"]}
     assert "tok/s at 64 tokens" in figures and {"TTFT ms at 100 tokens", "TTFT ms at 300 tokens"} <= figures
     assert all(set(r["values"]) == {"spark-a", "spark-b"} for r in headline["rows"] if r["study"] != "decode"
