@@ -27,6 +27,7 @@ from ...verdicts import stats
 from ...verdicts.verdict import Row, Runs
 from ..batch import bfcl, bfcl_turns
 from ..batch.cost import Cost, cost
+from ..batch.cost import rows as cost_rows
 from ..batch.cost import sentence as cost_sentence
 from ..batch.headline import SCORES, graded_rows
 from .figures import session_table
@@ -36,7 +37,8 @@ SOURCE = "BFCL v4 multi_turn_base"  # the `drawn` record's source of sessions BF
 REPLAYED = "a replay: its answers are fixed-length filler, not the model's, so it is not graded"
 NO_TRUTH = "a session of one's own without a ground_truth: nothing to grade it by"
 HALF_WIDTH = 0.10  # +/- 10 points: sessions are few and slow
-COLUMNS = ["session", "graded", "bfcl", "error_type", "failed_turn", "why", "wait_s", "output_tokens"]
+COLUMNS = ["session", "graded", "bfcl", "error_type", "failed_turn", "why", "wait_s", "output_tokens",
+           "reasoning_tokens"]
 
 
 class Graded(Plan):
@@ -75,10 +77,11 @@ def truths(records: list[dict]) -> dict[str, tuple[dict, list]]:
 def grade_table(records: list[dict]) -> pd.DataFrame:
     """One row a session: graded or why not, BFCL's verdict and its reason, the turn it failed at, its cost."""
     known, waits = truths(records), session_table(records)
-    waits = waits.set_index("session") if len(waits) else pd.DataFrame(columns=["wait_s", "output_tokens"])
+    spending = ["wait_s", "output_tokens", "reasoning_tokens"]
+    waits = waits.set_index("session") if len(waits) else pd.DataFrame(columns=spending)
     rows = []
     for s in [r["session"] for r in records if r.get("kind") == "session"]:
-        spent = {k: (waits.loc[s, k] if s in waits.index else None) for k in ("wait_s", "output_tokens")}
+        spent = {k: (waits.loc[s, k] if s in waits.index else None) for k in spending}
         rows.append({"session": s, **spent, **_verdict(s, known, records)})
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -117,9 +120,11 @@ def right(run: PastRun) -> dict[str, bool]:
 
 
 def session_cost(df: pd.DataFrame) -> Cost:
-    """Seconds waited on the model and tokens generated, all graded sessions' over the sessions solved."""
+    """Seconds waited on the model and tokens generated (reasoning among them, where counted), all graded sessions'
+    over the sessions solved."""
     done = df[df["graded"]].rename(columns={"bfcl": "correct"})
-    return cost(done.astype({"correct": bool, "wait_s": float, "output_tokens": float}), "wait_s", "output_tokens")
+    kinds = {"correct": bool, "wait_s": float, "output_tokens": float, "reasoning_tokens": float}
+    return cost(done.astype(kinds), "wait_s", "output_tokens", "reasoning_tokens")
 
 
 def score(df: pd.DataFrame) -> stats.Interval | None:
@@ -129,7 +134,7 @@ def score(df: pd.DataFrame) -> stats.Interval | None:
 
 def headline_rows(runs: Runs) -> list[Row]:
     """The BFCL multi-turn score per serving and the paired difference on the sessions both ran live (through
-    batch.headline, as every graded study), and the seconds waited per session solved beside them."""
+    batch.headline, as every graded study), and the seconds waited and the tokens per session solved beside them."""
     everyone = runs.of("agent")
     mine = {s: r for s, r in everyone.items() if right(r)}
     if runs.base not in mine:
@@ -140,13 +145,10 @@ def headline_rows(runs: Runs) -> list[Row]:
     left = "; ".join(f"{s}: {REPLAYED if replayed(r.records) else NO_TRUTH}" for s, r in everyone.items()
                      if s not in mine)
     rows[0] = replace(rows[0], note="; ".join(x for x in (rows[0].note, left) if x))
-    costs = {s: session_cost(grade_table(r.records)).seconds for s, r in mine.items()}
-    said = "; ".join(f"{s} {c.estimate:.2f} s [{c.low:.2f}, {c.high:.2f}]" if c else f"{s} unknown (none solved)"
-                     for s, c in costs.items())
+    costs = {s: session_cost(grade_table(r.records)) for s, r in mine.items()}
     modes = ", ".join(f"{s} {r.settings.get('mode')}" for s, r in mine.items())
-    return rows + [Row("agent", "seconds waited per session solved", {s: c and c.estimate for s, c in costs.items()},
-                       {s: len(v) for s, v in rights.items()}, role="context", better="lower",
-                       note=f"modes: {modes}; all sessions' wait over the sessions solved (95% bootstrap): {said}")]
+    return rows + cost_rows("agent", "session", costs, {s: len(v) for s, v in rights.items()}, f"modes: {modes}",
+                            "seconds waited")
 
 
 def findings(records: list[dict]) -> list[Finding]:

@@ -24,7 +24,8 @@ def graded(records: Sequence[dict]) -> list[dict]:
 
 
 def frame(records: Sequence[dict]) -> pd.DataFrame:
-    cols = ["item", "category", "format", "correct", "robust", "error_type", "total_s", "completion_tokens"]
+    cols = ["item", "category", "format", "correct", "robust", "error_type", "total_s", "completion_tokens",
+            "reasoning_tokens"]
     rows = [{k: r.get(k) for k in cols} | {"called": bool(r.get("calls"))} for r in graded(records)]
     return pd.DataFrame(rows, columns=cols + ["called"])
 
