@@ -182,6 +182,7 @@ def test_prompt_mode_on_the_real_model_runs_grades_and_pairs_with_native(live, p
     assert grades.loc["repeat_1", "error_type"] == "multi_turn:execution_response_mismatch"
     text = outputs_text(nb)
     assert "BFCL multi-turn score 50.0%" in text and "steps made at least one call" in text
+    assert "rule set robust equals bfcl for sessions" in text
     assert json.loads(json.dumps(read_past(str(folder), "agent")[0].summary["graded"]))["passed"] == 1
     past = {"native": read_past(str(live[2]), "agent")[0], "prompt": read_past(str(folder), "agent")[0]}
     rows = {r.figure: r for r in headline_rows(Runs({"agent": past}, ["native", "prompt"]))}

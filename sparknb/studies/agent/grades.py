@@ -2,12 +2,13 @@
 executed: batch.bfcl_turns, checked session by session against bfcl-eval's own multi_turn_checker), and what a
 solved session cost.
 
-- Rule set `bfcl` only. Two of the three single-turn `robust` corrections (studies.bfcl.rule_sets) cannot move a
-  multi-turn verdict: BFCL's multi-turn classes offer 111 functions and no name holds a dot (no spelling to
-  correct), and the response check already matches results in any order (no greedy matching). The third, JSON
-  numbers, could: 5.0 and 5 compare equal in the state check, but a backend that writes the number into its result
-  text fails the response check (it compares texts). It is not applied here (no robust set is built for sessions:
-  a gap, said in the findings), so a session is graded exactly as the leaderboard grades it.
+- Rule set `bfcl` only, and `robust` equals it for sessions (ROBUST, said in the findings). Two of the three
+  single-turn `robust` corrections (studies.bfcl.rule_sets) cannot move a multi-turn verdict: BFCL's multi-turn
+  classes offer 111 functions and no name holds a dot (no spelling to correct), and the response check already
+  matches results in any order (no greedy matching). The third, JSON numbers (5.0 for 5), would have to rewrite a
+  call after it ran: the backends ran the call as the model wrote it, and the model's later steps answered its
+  result (a backend's error on 5.0, say, then a retry with 5), so the rewritten session is one that never ran,
+  and grading it could even double a retried call. A session is graded exactly as the leaderboard grades it.
 - A replay's answers are fixed-length filler, not the model's: a replay is never graded, and says so.
 - A session of one's own (sessions_file) is graded where its line carries BFCL's `ground_truth` (one list of call
   strings per turn), else not graded, and said so.
@@ -37,6 +38,10 @@ SOURCE = "BFCL v4 multi_turn_base"  # the `drawn` record's source of sessions BF
 REPLAYED = "a replay: its answers are fixed-length filler, not the model's, so it is not graded"
 NO_TRUTH = "a session of one's own without a ground_truth: nothing to grade it by"
 HALF_WIDTH = 0.10  # +/- 10 points: sessions are few and slow
+ROBUST = ("rule set robust equals bfcl for sessions: its any-order matching and its dot spelling cannot move one (the "
+          "response check is order-free, no multi-turn function name holds a dot), and a JSON 5.0 rewritten as 5 "
+          "after the session would grade a session that never ran (the model's later steps answered the result of "
+          "the call it made)")
 COLUMNS = ["session", "graded", "bfcl", "error_type", "failed_turn", "why", "wait_s", "output_tokens",
            "reasoning_tokens"]
 
@@ -162,9 +167,7 @@ def findings(records: list[dict]) -> list[Finding]:
     done, ci = df[df["graded"]], score(df)
     notes = [Finding("info", f"BFCL multi-turn score {ci.points()} over {len(done)} live sessions (95% Wilson), "
                      "graded from the records exactly as BFCL's multi_turn_checker grades them (each turn's backend "
-                     "state and call results against the ground truth's); rule set bfcl only: of the single-turn robust "
-                     "corrections only JSON numbers (5.0 for 5) could move a multi-turn verdict, where a backend "
-                     "writes the number into its result, and it is not applied.", (SCORES,))]
+                     f"state and call results against the ground truth's); {ROBUST}.", (SCORES,))]
     for error, rows in done[~done["bfcl"].astype(bool)].groupby("error_type", sort=False):
         notes.append(info(f"{len(rows)} of {len(done)} sessions failed with {error}; e.g. {rows['session'].iloc[0]}, "
                           f"{rows['why'].iloc[0]}."))
