@@ -15,7 +15,9 @@ from sparknb.endpoint.prompt_calls import decode
 from sparknb.endpoint.tools import prompted
 from sparknb.runs import strict_json
 from sparknb.studies.batch import bfcl
-from sparknb.studies.bfcl import rule_sets
+from sparknb.studies.batch.calls import WRONG_TYPE
+from sparknb.studies.bfcl import rule_sets, scores
+from sparknb.studies.bfcl.findings import problems
 
 from bfcl_reference import decoded, graded, replayed
 
@@ -113,7 +115,7 @@ def _tupled(calls: list) -> list:
 def test_bfcls_ground_truth_written_out_decodes_and_grades_as_bfcl_does():
     """Every AST item's ground truth as a prompt-mode answer, as written and with its lists as tuples: the same calls
     from both decoders, and the same verdict from rule set `bfcl` on the record as stored (through JSON, where a
-    tuple becomes a list) as from BFCL's decoder and checker on the text."""
+    tuple becomes a list) as from BFCL's decoder and checker on the text; the findings name the wrong type."""
     counts = Counter()
     for category in AST:
         answers = bfcl.answers(category)
@@ -128,6 +130,8 @@ def test_bfcls_ground_truth_written_out_decodes_and_grades_as_bfcl_does():
                 ours, theirs = rule_sets.bfcl(stored), graded(record)
                 said = theirs.get("error_type", "") if not theirs["valid"] else ""
                 assert (ours.valid, ours.error_type) == (theirs["valid"], said), text
+                found = problems(scores.graded([stored | {"correct": None}])[0])  # the findings see BFCL's calls
+                assert theirs["valid"] or WRONG_TYPE in found, (text, found)
                 counts[form, ours.valid] += 1
     assert counts["as written", False] == 0 and counts["as written", True] >= 1000, counts
     assert counts["tupled", False] >= 50, counts  # BFCL fails a tuple for an array; sparknb must fail it too

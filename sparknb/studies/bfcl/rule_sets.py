@@ -17,9 +17,8 @@ mechanism, the harness effect and its words are batch.rule_sets').
 
 from __future__ import annotations
 
-import json
-
 from ...endpoint.prompt_calls import decode
+from ...runs import strict_json
 from ..batch.rule_sets import Graded, Harness, RuleSet
 from . import grading
 
@@ -85,8 +84,8 @@ def _number(value, spec: dict):
 def _set(name: str, follows: str, check) -> RuleSet:
     def grade(record: dict) -> Graded:
         v = check(record)
-        calls = record.get("calls")
-        return Graded(None if calls is None else json.dumps(calls)[:300], v.error_type or "pass", v.valid)
+        made = record.get("calls")
+        return Graded(None if made is None else strict_json.dumps(made)[:300], v.error_type or "pass", v.valid)
 
     return RuleSet(name, follows, (), grade)
 
