@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from sparknb.endpoint.prompt_calls import decode
+from sparknb.endpoint.prompt_calls import decode, executed
 from sparknb.endpoint.tools import prompted
 from sparknb.runs import strict_json
 from sparknb.studies.batch import bfcl
@@ -19,7 +19,7 @@ from sparknb.studies.batch.calls import WRONG_TYPE
 from sparknb.studies.bfcl import rule_sets, scores
 from sparknb.studies.bfcl.findings import problems
 
-from bfcl_reference import decoded, graded, replayed
+from bfcl_reference import decoded, execution, graded, replayed
 
 AST = ("simple_python", "multiple", "parallel", "parallel_multiple")
 CRAFTED = [
@@ -139,13 +139,39 @@ def test_bfcls_ground_truth_written_out_decodes_and_grades_as_bfcl_does():
 
 def test_the_multi_turn_ground_truth_decodes_as_bfcl_decodes_it():
     """Every turn of every multi_turn_base session, its calls written as one prompt-mode answer."""
-    answers, turns = bfcl.answers("multi_turn_base"), 0
-    for truth in (a["ground_truth"] for a in answers.values()):
-        for calls in (t for t in truth if t):
-            text = "[" + ", ".join(calls) + "]"
-            assert _agree(text) and len(decode(text)) == len(calls) == len(prompted(text)), text
-            turns += 1
-    assert turns >= 700, turns
+    turns = _turns()
+    for text in turns:
+        assert _agree(text) and len(decode(text)) == len(prompted(text)), text
+    assert len(turns) >= 700, len(turns)
+
+
+def _turns() -> list[str]:
+    return ["[" + ", ".join(t) + "]" for a in bfcl.answers("multi_turn_base").values() for t in a["ground_truth"] if t]
+
+
+def test_a_sessions_calls_are_written_for_the_backends_as_bfcls_runner_writes_them():
+    """BFCL's decode_execute on the same texts: the same call strings, or both fail (a session's step is then no
+    call); through endpoint.tools.prompted, the path the agent study runs, wherever the arguments are JSON."""
+    same = Counter()
+    for text in CRAFTED + _turns():
+        theirs = execution(text)
+        try:
+            ours = executed(decode(text))
+        except ValueError:
+            ours = None
+        assert ours == theirs, (text, theirs, ours)
+        same[ours is not None] += 1
+        if ours is not None and all(_json(c) for c in decode(text)):
+            assert [c.as_call() for c in prompted(text)] == theirs, text
+    assert same[True] >= 780 and same[False] >= 40, same
+
+
+def _json(call: dict) -> bool:
+    try:
+        json.dumps(call)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def test_what_bfcl_reads_but_json_cannot_hold_is_still_stored():

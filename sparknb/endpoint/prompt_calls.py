@@ -41,6 +41,28 @@ def decode(text: str) -> list[dict]:
         raise ValueError(f"not a list of calls ({type(e).__name__}: {e}): {text[:120]!r}") from None
 
 
+def executed(calls: list[dict]) -> list[str]:
+    """Decoded calls as the strings BFCL's backends run in a multi-turn session (its decode_execute_prompting:
+    decoded_output_to_execution_list); ValueError where BFCL's fails (an empty dict argument)."""
+    return [f"{name}({_arguments(args)})" for call in calls for name, args in call.items()]
+
+
+def _arguments(args: dict) -> str:
+    return ", ".join(f"{k}={_rendered(v)}" for k, v in args.items())
+
+
+def _rendered(value: object) -> str:
+    """BFCL's parse_nested_value: a dict of dicts is a nested call (its first key's), another dict is written with
+    its keys quoted as text, anything else is its repr."""
+    if not isinstance(value, dict):
+        return repr(value)
+    if not value:
+        raise ValueError("an empty dict argument (BFCL's decoder fails on it: the step is no call)")
+    if all(isinstance(v, dict) for v in value.values()):
+        return f"{next(iter(value))}({_arguments(next(iter(value.values())))})"
+    return "{" + ", ".join(f"'{k}': {_rendered(v)}" for k, v in value.items()) + "}"
+
+
 def _elements(tree: ast.AST) -> list[ast.AST]:
     if not isinstance(tree, (ast.List, ast.Tuple, ast.Set)):
         raise ValueError(f"not a list of calls: {ast.unparse(tree)[:120]!r}")

@@ -9,7 +9,7 @@ server's id for it where it gave one.
   `ast`, never eval.
 
 A call is executed as the call string `name(key=repr(value), ...)`, as BFCL turns a decoded call back into the
-string its backends run.
+string its backends run (prompt mode: exactly as BFCL writes it, nested calls and dicts included).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from .prompt_calls import decode
+from .prompt_calls import decode, executed
 
 
 @dataclass
@@ -25,6 +25,7 @@ class ToolCall:
     name: str
     arguments: str  # JSON text, as the server sent it (native) or as sparknb wrote it (prompt mode)
     id: str | None = None
+    call: str | None = None  # prompt mode: the call string as BFCL writes it for its backends (prompt_calls.executed)
 
     def parsed(self) -> dict:
         """The arguments as a dict; ValueError where they are not a JSON object (a call cut short, or garbled)."""
@@ -35,7 +36,7 @@ class ToolCall:
 
     def as_call(self) -> str:
         """The call string a backend runs (ValueError where the arguments do not parse)."""
-        return f"{self.name}({','.join(f'{k}={v!r}' for k, v in self.parsed().items())})"
+        return self.call or f"{self.name}({','.join(f'{k}={v!r}' for k, v in self.parsed().items())})"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -62,12 +63,15 @@ class Assembly:
 
 def prompted(text: str) -> list[ToolCall]:
     """The calls of a prompt-mode answer as BFCL's decoder reads them (prompt_calls.decode), each with its arguments
-    as JSON text; ValueError where the answer is not calls BFCL reads, or an argument is not a JSON value."""
-    return [_tool_call(name, args) for call in decode(text) for name, args in call.items()]
+    as JSON text and the call string BFCL's backends would run; ValueError where the answer is not calls BFCL reads,
+    or an argument is not a JSON value."""
+    calls = decode(text)
+    return [_tool_call(c, done) for c, done in zip(calls, executed(calls))]
 
 
-def _tool_call(name: str, args: dict) -> ToolCall:
+def _tool_call(call: dict, done: str) -> ToolCall:
+    name, args = next(iter(call.items()))
     try:
-        return ToolCall(name=name, arguments=json.dumps(args))
+        return ToolCall(name=name, arguments=json.dumps(args), call=done)
     except (TypeError, ValueError) as e:
         raise ValueError(f"the arguments of {name} are not JSON ({e}): {args!r}"[:200]) from None
