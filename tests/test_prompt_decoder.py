@@ -6,7 +6,6 @@ BFCL's own ground truth written out as prompt-mode answers (every AST item, ever
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 
 import pytest
@@ -92,13 +91,13 @@ def test_sparknb_refuses_the_code_bfcls_eval_would_run():
             decode(text)
 
 
-def test_an_arithmetic_bomb_is_refused_at_once():
-    """BFCL's eval would compute these for minutes, or without end; sparknb refuses before computing."""
-    for text in ("[f(a=10**10**10)]", "[f(a=1 << 10**9)]", "[f(a=9**99999)]", "[f(a=" + "9" * 4000 + " * 10**4000)]"):
-        t0 = time.perf_counter()
+def test_an_arithmetic_bomb_is_refused():
+    """BFCL's eval would compute the first two without end (this test would hang); sparknb refuses a power or a
+    shift before computing it, and any integer too long for JSON text after."""
+    for text in ("[f(a=10**10**10)]", "[f(a=1 << 10**9)]", "[f(a=9**99999)]",
+                 "[f(a=" + " * ".join(["9" * 4000] * 2) + ")]"):
         with pytest.raises(ValueError, match="too large|bits"):
             decode(text)
-        assert time.perf_counter() - t0 < 5, text
 
 
 def _written(calls: list) -> str:
