@@ -15,8 +15,8 @@ from ...verdicts.stats import median_interval
 from ...verdicts.verdict import Row, Runs, caveats, median_row
 
 STEP_COLUMNS = ["session", "turn", "step", "ttft_ms", "tool_call_ms", "content_ms", "prompt_tokens", "cached_tokens",
-                "cached_share", "sent_before", "should_cache", "prefill_ms", "decode_tok_s", "output_tokens", "finish",
-                "calls", "parsed", "total_s"]
+                "cached_share", "sent_before", "should_cache", "prefill_ms", "decode_tok_s", "output_tokens",
+                "reasoning_tokens", "finish", "calls", "parsed", "total_s"]
 
 
 def levels_of(records: list[dict]) -> list[int]:
