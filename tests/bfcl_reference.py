@@ -77,6 +77,18 @@ def decoded(record: dict) -> list | None:
         return None
 
 
+def execution(text: str) -> list[str] | None:
+    """A prompt-mode answer as the call strings BFCL's multi-turn runner executes (its
+    default_decode_execute_prompting), None where that fails (the runner then ends the turn)."""
+    _loaded()
+    from bfcl_eval.model_handler.utils import default_decode_execute_prompting
+
+    try:
+        return default_decode_execute_prompting(text)
+    except Exception:  # BFCL's runner takes any failure as no call
+        return None
+
+
 def graded(record: dict) -> dict:
     """BFCL's verdict on a recorded answer, from its raw text or tool calls: BFCL's decoder, then its checker."""
     return ast_check(record["category"], record["functions"], decoded(record), record["answer"], record["format"])

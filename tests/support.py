@@ -126,14 +126,15 @@ class FakeVllm(FakeHandler):
         self.event({"id": "x", "object": "chat.completion.chunk", "created": 0, "model": type(self).served,
                     "choices": choices, "usage": usage})
 
-    def done(self, n: int) -> None:
+    def done(self, n: int, details: dict | None = None) -> None:
         """The stream's end: the request counted before the usage chunk (vLLM counts a request once it is done),
-        then its usage for a 50-token prompt and `n` tokens, then [DONE]."""
+        then its usage for a 50-token prompt and `n` tokens (`details`: its completion_tokens_details), then [DONE]."""
         cls = type(self)
         with cls.lock:
             cls.asked += 1
             cls.generated += n
-        self.chunk([], {"prompt_tokens": 50, "completion_tokens": n, "total_tokens": 50 + n})
+        more = {"completion_tokens_details": details} if details else {}
+        self.chunk([], {"prompt_tokens": 50, "completion_tokens": n, "total_tokens": 50 + n, **more})
         self.wfile.write(b"data: [DONE]\n\n")
 
 

@@ -135,9 +135,10 @@ def test_a_replay_sends_the_same_prompts_and_names_the_cache_a_server_did_not_ke
     assert "CACHE LOST at session" in text and "did not keep it" in text
     past = {"cached": read_past(str(folder), "agent")[0], "uncached": read_past(str(replay), "agent")[0]}
     runs = Runs({"agent": past}, ["cached", "uncached"])
-    wait, first, later, share, score, solved = headline_rows(runs)
+    wait, first, later, share, score, solved, tokens = headline_rows(runs)
     assert score.values == {"cached": 100.0} and "uncached: a replay" in score.note  # the replay is not graded
     assert solved.values["cached"] == pytest.approx(wait.values["cached"])  # one session, solved: its own wait
+    assert tokens.values["cached"] == sum(r["completion_tokens"] for r in records if r.get("kind") == "step")
     assert share.values["cached"] > 0.9 and share.values["uncached"] == 0  # the comparison's row tells them apart
     assert wait.n == {"cached": 1, "uncached": 1} and wait.ratios["uncached"].estimate > 0  # paired by session
     checks = [r for r in read_records(replay) if r.get("kind") == "cache_check"]
@@ -181,6 +182,7 @@ def test_prompt_mode_on_the_real_model_runs_grades_and_pairs_with_native(live, p
     assert grades.loc["repeat_1", "error_type"] == "multi_turn:execution_response_mismatch"
     text = outputs_text(nb)
     assert "BFCL multi-turn score 50.0%" in text and "steps made at least one call" in text
+    assert "rule set robust equals bfcl for sessions" in text
     assert json.loads(json.dumps(read_past(str(folder), "agent")[0].summary["graded"]))["passed"] == 1
     past = {"native": read_past(str(live[2]), "agent")[0], "prompt": read_past(str(folder), "agent")[0]}
     rows = {r.figure: r for r in headline_rows(Runs({"agent": past}, ["native", "prompt"]))}
@@ -188,6 +190,10 @@ def test_prompt_mode_on_the_real_model_runs_grades_and_pairs_with_native(live, p
     difference = rows["paired difference in BFCL multi-turn score (points)"]
     assert difference.n["prompt"] == 1 and not difference.not_comparable  # repeat_0 alone is in both runs
     assert rows["seconds waited per session solved"].values["prompt"] > 0
+    steps = [r for r in records if r.get("kind") == "step" and r["session"] == "repeat_0"]
+    solved = rows["tokens per session solved"]  # every session's tokens, of both sessions, over the one solved
+    assert solved.values["prompt"] == sum(r["completion_tokens"] for r in records if r.get("kind") == "step") > \
+        sum(r["completion_tokens"] for r in steps) and "prompt unknown (the server did not count" in solved.note
 
 
 def test_graded_live_sessions_equal_bfcl_evals_own_multi_turn_checker(live, prompted):

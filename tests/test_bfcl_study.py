@@ -15,10 +15,11 @@ import pytest
 from bfcl_reference import graded, replayed
 from support import FakeVllm, outputs_text, run_notebook, serve, strict
 
-from sparknb.runs.run import read_records, verify
+from sparknb.runs.run import read_past, read_records, verify
 from sparknb.studies import bfcl as study
 from sparknb.studies.batch import bfcl
 from sparknb.studies.bfcl.findings import UNPARSED, UNWANTED
+from sparknb.verdicts.verdict import Runs
 
 PER_CATEGORY = 4
 
@@ -70,13 +71,14 @@ class Replay(FakeVllm):
         elif type(self).fault in FAULTS and calls:
             calls = FAULTS[type(self).fault](calls)
         self.start_stream()
-        self._tool_calls(calls) if native and calls else self._text(calls)
+        self._tool_calls(calls) if native and calls else self._text(calls, native)
 
-    def _text(self, calls):
+    def _text(self, calls, native):
         text = "[" + ", ".join(f"{n}({', '.join(f'{k}={v!r}' for k, v in a.items())})"
                                for c in calls for n, a in c.items()) + "]" if calls else "No function fits."
         self.chunk([{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}])
-        self.done(len(text.split()))
+        # prompt mode: one token of reasoning, counted as a server with a reasoning parser counts it in its usage
+        self.done(len(text.split()) + (not native), None if native else {"reasoning_tokens": 1})
 
     def _tool_calls(self, calls):
         for i, (name, args) in enumerate(next(iter(c.items())) for c in calls):
@@ -143,10 +145,22 @@ def test_a_fault_replayed_in_prompt_mode_is_graded_as_bfcl_grades_it(tmp_path, f
 
 def test_the_same_tasks_in_prompt_mode_give_the_formats_effect_paired(tmp_path, native):
     """The ground truth in prompt mode against the native run on the same tasks: the same grades, so the format's
-    effect is nothing, paired task by task."""
+    effect is nothing, paired task by task; the comparison's cost rows from both runs' records: seconds and tokens
+    over the tasks solved, reasoning tokens apart where the server counted them (the prompt-mode replay does)."""
     _, theirs, _ = native
     nb, folder, records = _run(tmp_path, "", "prompt", compare_with=str(theirs))
     assert sum(_agrees(records).values()) == len(records)
     comparison = strict(folder / "summary.json")["comparison"]
     assert comparison["pairs"]["n"] == len(records) and comparison["difference"]["estimate"] == 0
     assert "The format's effect, prompt minus native on the same tasks: +0.0 points" in outputs_text(nb)
+    past = {"native": read_past(str(theirs), "bfcl")[0], "prompt": read_past(str(folder), "bfcl")[0]}
+    rows = {r.figure: r for r in study.headline_rows(Runs({"bfcl": past}, ["native", "prompt"]))}
+    seconds, tokens = rows["seconds per task solved"], rows["tokens per task solved"]
+    for name, run in past.items():
+        done = [r for r in run.records if "correct" in r]
+        assert tokens.values[name] == pytest.approx(sum(r["completion_tokens"] for r in done) / len(done))
+        assert seconds.values[name] == pytest.approx(sum(r["total_s"] for r in done) / len(done))
+    thought = sum(r["reasoning_tokens"] for r in past["prompt"].records if "correct" in r) / len(records)
+    assert f"prompt {thought:,.0f} [" in tokens.note and "native unknown (the server did not count" in tokens.note
+    assert tokens.role == "context" == seconds.role and tokens.better == "lower"
+

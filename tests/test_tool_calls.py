@@ -59,13 +59,17 @@ def test_content_is_timed_apart_from_tool_calls(endpoint):
     assert done.content_s == done.ttft_s
 
 
-def test_prompt_mode_calls_are_read_with_ast():
+def test_prompt_mode_calls_are_read_as_bfcl_reads_them():
+    """With ast, as BFCL's decoder (tests/test_prompt_decoder.py checks it against BFCL's own): positional arguments
+    dropped, a call without keywords as its text, arithmetic on numbers computed, any other code refused."""
     calls = prompted("```\n[cd(folder='document'), mkdir(dir_name=temp), ls(a=True)]\n```")
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [
         ("cd", {"folder": "document"}), ("mkdir", {"dir_name": "temp"}), ("ls", {"a": True})]
     assert prompted("math.add(a=1, b=-2)")[0].name == "math.add"
-    for bad, why in [("cd(folder=open('x'))", "not a literal"), ("cd('document')", "positional"),
-                     ("I will go there.", "not Python call syntax"), ("[1, 2]", "not a function call")]:
+    assert [c.parsed() for c in prompted("[cd('document'), cd(folder=open('x')), sleep(s=2*30)]")] == [
+        {}, {"folder": "open('x')"}, {"s": 60}]
+    for bad, why in [("cd(folder=lambda: 1)", "not a value BFCL reads"), ("cd(folder=x*2)", "no model-written code"),
+                     ("I will go there.", "not a list of calls"), ("[1, 2]", "not a function call")]:
         with pytest.raises(ValueError, match=why):
             prompted(bad)
 

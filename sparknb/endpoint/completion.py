@@ -32,6 +32,7 @@ class Completion:
     tool_call_s: float | None = None
     content_s: float | None = None
     usage_cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, where the server sent it
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens, where the server sent it
     cached_tokens: int | None = None  # prompt tokens served from its prefix cache by the server's own count (engine)
 
     @property

@@ -5,17 +5,19 @@ server's id for it where it gave one.
   `tool_calls` deltas, one call spread over many chunks by `index` (the first carries id and name, the rest
   pieces of the arguments' text); `Assembly` puts them back together as they arrive (wire.Events feeds it).
 - Prompt mode (BFCL's): the tools are described in a system prompt and the model writes
-  `[func(arg=value), ...]` in its answer; `prompted` reads that with `ast` (never eval), literal arguments only.
+  `[func(arg=value), ...]` in its answer; `prompted` reads that as BFCL's own decoder does (prompt_calls), with
+  `ast`, never eval.
 
 A call is executed as the call string `name(key=repr(value), ...)`, as BFCL turns a decoded call back into the
-string its backends run.
+string its backends run (prompt mode: exactly as BFCL writes it, nested calls and dicts included).
 """
 
 from __future__ import annotations
 
-import ast
 import json
 from dataclasses import asdict, dataclass
+
+from .prompt_calls import decode, executed
 
 
 @dataclass
@@ -23,6 +25,7 @@ class ToolCall:
     name: str
     arguments: str  # JSON text, as the server sent it (native) or as sparknb wrote it (prompt mode)
     id: str | None = None
+    call: str | None = None  # prompt mode: the call string as BFCL writes it for its backends (prompt_calls.executed)
 
     def parsed(self) -> dict:
         """The arguments as a dict; ValueError where they are not a JSON object (a call cut short, or garbled)."""
@@ -33,7 +36,7 @@ class ToolCall:
 
     def as_call(self) -> str:
         """The call string a backend runs (ValueError where the arguments do not parse)."""
-        return f"{self.name}({','.join(f'{k}={v!r}' for k, v in self.parsed().items())})"
+        return self.call or f"{self.name}({','.join(f'{k}={v!r}' for k, v in self.parsed().items())})"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -59,41 +62,16 @@ class Assembly:
 
 
 def prompted(text: str) -> list[ToolCall]:
-    """The calls of a prompt-mode answer, `[f(a=1), g(b='x')]` (the brackets may be missing, and code fences
-    around it are dropped, as BFCL's decoder does); ValueError naming what is not a call of literal arguments."""
-    body = text.strip("`\n ")
-    body = body if body.startswith("[") else "[" + body
-    body = body if body.endswith("]") else body + "]"
+    """The calls of a prompt-mode answer as BFCL's decoder reads them (prompt_calls.decode), each with its arguments
+    as JSON text and the call string BFCL's backends would run; ValueError where the answer is not calls BFCL reads,
+    or an argument is not a JSON value."""
+    calls = decode(text)
+    return [_tool_call(c, done) for c, done in zip(calls, executed(calls))]
+
+
+def _tool_call(call: dict, done: str) -> ToolCall:
+    name, args = next(iter(call.items()))
     try:
-        tree = ast.parse(body.strip().strip("'"), mode="eval").body
-    except SyntaxError as e:
-        raise ValueError(f"not Python call syntax ({e.msg}): {text[:120]!r}") from None
-    elements = tree.elts if isinstance(tree, (ast.List, ast.Tuple)) else [tree]
-    return [_call(node) for node in elements]
-
-
-def _call(node: ast.AST) -> ToolCall:
-    if not isinstance(node, ast.Call):
-        raise ValueError(f"not a function call: {ast.unparse(node)[:120]!r}")
-    if node.args:
-        raise ValueError(f"positional arguments in {ast.unparse(node)[:120]!r}: the format names every argument")
-    return ToolCall(name=_name(node.func), arguments=json.dumps({k.arg: _value(k.value) for k in node.keywords}))
-
-
-def _name(node: ast.AST) -> str:
-    """A function's (dotted) name."""
-    if isinstance(node, ast.Attribute):
-        return f"{_name(node.value)}.{node.attr}"
-    if isinstance(node, ast.Name):
-        return node.id
-    raise ValueError(f"not a function name: {ast.unparse(node)[:80]!r}")
-
-
-def _value(node: ast.AST) -> object:
-    """A literal argument; a bare name is read as its text, as BFCL's decoder reads it."""
-    if isinstance(node, ast.Name):
-        return node.id
-    try:
-        return ast.literal_eval(node)
-    except ValueError:
-        raise ValueError(f"not a literal argument: {ast.unparse(node)[:80]!r}") from None
+        return ToolCall(name=name, arguments=json.dumps(args), call=done)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"the arguments of {name} are not JSON ({e}): {args!r}"[:200]) from None

@@ -138,6 +138,7 @@ class Events:
         if usage:
             done.prompt_tokens, done.completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
             done.usage_cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+            done.reasoning_tokens = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
         if self.timings_field and event.get(self.timings_field):
             done.server = self.engine.timings(event[self.timings_field])
         for choice in event.get("choices") or ():

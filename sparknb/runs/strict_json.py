@@ -16,11 +16,12 @@ _MISSING = {"NAType", "NaTType"}  # pandas' NA and NaT: unknown, so null
 
 
 def clean(value: Any) -> Any:
-    """The value with every NaN and infinity as None and numpy's scalars as Python's, all the way down."""
+    """The value with every NaN and infinity as None, numpy's scalars as Python's and every key as text, all the
+    way down (json refuses a tuple key, and sorting fails on keys of mixed types: BFCL's decoder gives both)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
+        return {k if isinstance(k, str) else str(k): clean(v) for k, v in value.items()}  # JSON's keys are text
     if isinstance(value, (list, tuple, set, frozenset)):
         return [clean(v) for v in value]
     if type(value).__name__ in _MISSING:

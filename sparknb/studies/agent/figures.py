@@ -15,8 +15,8 @@ from ...verdicts.stats import median_interval
 from ...verdicts.verdict import Row, Runs, caveats, median_row
 
 STEP_COLUMNS = ["session", "turn", "step", "ttft_ms", "tool_call_ms", "content_ms", "prompt_tokens", "cached_tokens",
-                "cached_share", "sent_before", "should_cache", "prefill_ms", "decode_tok_s", "output_tokens", "finish",
-                "calls", "parsed", "total_s"]
+                "cached_share", "sent_before", "should_cache", "prefill_ms", "decode_tok_s", "output_tokens",
+                "reasoning_tokens", "finish", "calls", "parsed", "total_s"]
 
 
 def levels_of(records: list[dict]) -> list[int]:
@@ -69,7 +69,8 @@ def _step(r: dict, prior: dict | None, ms) -> dict:
             "sent_before": sent_before,
             "should_cache": None if new is None or sent_before is None else max(0, min(new, sent_before - cached)),
             "prefill_ms": ms(per.get("prefill_s")), "decode_tok_s": r.get("decode_tokens_per_s"),
-            "output_tokens": r.get("completion_tokens"), "finish": r.get("finish_reason"), "total_s": r.get("total_s")}
+            "output_tokens": r.get("completion_tokens"), "reasoning_tokens": r.get("reasoning_tokens"),
+            "finish": r.get("finish_reason"), "total_s": r.get("total_s")}
 
 
 def _parsed(records: list[dict]) -> dict:
@@ -100,7 +101,8 @@ def _session(session: str, s: pd.DataFrame, tool_s: float) -> dict:
             "decode_and_rest_s": wait - float(prefill.sum()) if known else None, "tool_s": tool_s,
             "prompt_tokens": int(s["prompt_tokens"].sum()),
             "cached_tokens": int(s["cached_tokens"].sum()) if known else None,
-            "output_tokens": int(s["output_tokens"].fillna(0).sum())}
+            "output_tokens": int(s["output_tokens"].fillna(0).sum()),
+            "reasoning_tokens": int(s["reasoning_tokens"].sum()) if s["reasoning_tokens"].notna().all() else None}
 
 
 def headline_rows(runs: Runs) -> list[Row]:

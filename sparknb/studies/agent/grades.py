@@ -2,12 +2,13 @@
 executed: batch.bfcl_turns, checked session by session against bfcl-eval's own multi_turn_checker), and what a
 solved session cost.
 
-- Rule set `bfcl` only. Two of the three single-turn `robust` corrections (studies.bfcl.rule_sets) cannot move a
-  multi-turn verdict: BFCL's multi-turn classes offer 111 functions and no name holds a dot (no spelling to
-  correct), and the response check already matches results in any order (no greedy matching). The third, JSON
-  numbers, could: 5.0 and 5 compare equal in the state check, but a backend that writes the number into its result
-  text fails the response check (it compares texts). It is not applied here (no robust set is built for sessions:
-  a gap, said in the findings), so a session is graded exactly as the leaderboard grades it.
+- Rule set `bfcl` only, and `robust` equals it for sessions (ROBUST, said in the findings). Two of the three
+  single-turn `robust` corrections (studies.bfcl.rule_sets) cannot move a multi-turn verdict: BFCL's multi-turn
+  classes offer 111 functions and no name holds a dot (no spelling to correct), and the response check already
+  matches results in any order (no greedy matching). The third, JSON numbers (5.0 for 5), would have to rewrite a
+  call after it ran: the backends ran the call as the model wrote it, and the model's later steps answered its
+  result (a backend's error on 5.0, say, then a retry with 5), so the rewritten session is one that never ran,
+  and grading it could even double a retried call. A session is graded exactly as the leaderboard grades it.
 - A replay's answers are fixed-length filler, not the model's: a replay is never graded, and says so.
 - A session of one's own (sessions_file) is graded where its line carries BFCL's `ground_truth` (one list of call
   strings per turn), else not graded, and said so.
@@ -27,6 +28,7 @@ from ...verdicts import stats
 from ...verdicts.verdict import Row, Runs
 from ..batch import bfcl, bfcl_turns
 from ..batch.cost import Cost, cost
+from ..batch.cost import rows as cost_rows
 from ..batch.cost import sentence as cost_sentence
 from ..batch.headline import SCORES, graded_rows
 from .figures import session_table
@@ -36,7 +38,12 @@ SOURCE = "BFCL v4 multi_turn_base"  # the `drawn` record's source of sessions BF
 REPLAYED = "a replay: its answers are fixed-length filler, not the model's, so it is not graded"
 NO_TRUTH = "a session of one's own without a ground_truth: nothing to grade it by"
 HALF_WIDTH = 0.10  # +/- 10 points: sessions are few and slow
-COLUMNS = ["session", "graded", "bfcl", "error_type", "failed_turn", "why", "wait_s", "output_tokens"]
+ROBUST = ("rule set robust equals bfcl for sessions: its any-order matching and its dot spelling cannot move one (the "
+          "response check is order-free, no multi-turn function name holds a dot), and a JSON 5.0 rewritten as 5 "
+          "after the session would grade a session that never ran (the model's later steps answered the result of "
+          "the call it made)")
+COLUMNS = ["session", "graded", "bfcl", "error_type", "failed_turn", "why", "wait_s", "output_tokens",
+           "reasoning_tokens"]
 
 
 class Graded(Plan):
@@ -70,10 +77,11 @@ def truths(records: list[dict]) -> dict[str, tuple[dict, list]]:
 def grade_table(records: list[dict]) -> pd.DataFrame:
     """One row a session: graded or why not, BFCL's verdict and its reason, the turn it failed at, its cost."""
     known, waits = truths(records), session_table(records)
-    waits = waits.set_index("session") if len(waits) else pd.DataFrame(columns=["wait_s", "output_tokens"])
+    spending = ["wait_s", "output_tokens", "reasoning_tokens"]
+    waits = waits.set_index("session") if len(waits) else pd.DataFrame(columns=spending)
     rows = []
     for s in [r["session"] for r in records if r.get("kind") == "session"]:
-        spent = {k: (waits.loc[s, k] if s in waits.index else None) for k in ("wait_s", "output_tokens")}
+        spent = {k: (waits.loc[s, k] if s in waits.index else None) for k in spending}
         rows.append({"session": s, **spent, **_verdict(s, known, records)})
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -117,9 +125,11 @@ def right(run: PastRun) -> dict[str, bool]:
 
 
 def session_cost(df: pd.DataFrame) -> Cost:
-    """Seconds waited on the model and tokens generated, all graded sessions' over the sessions solved."""
+    """Seconds waited on the model and tokens generated (reasoning among them, where counted), all graded sessions'
+    over the sessions solved."""
     done = df[df["graded"]].rename(columns={"bfcl": "correct"})
-    return cost(done.astype({"correct": bool, "wait_s": float, "output_tokens": float}), "wait_s", "output_tokens")
+    kinds = {"correct": bool, "wait_s": float, "output_tokens": float, "reasoning_tokens": float}
+    return cost(done.astype(kinds), "wait_s", "output_tokens", "reasoning_tokens")
 
 
 def score(df: pd.DataFrame) -> stats.Interval | None:
@@ -129,7 +139,7 @@ def score(df: pd.DataFrame) -> stats.Interval | None:
 
 def headline_rows(runs: Runs) -> list[Row]:
     """The BFCL multi-turn score per serving and the paired difference on the sessions both ran live (through
-    batch.headline, as every graded study), and the seconds waited per session solved beside them."""
+    batch.headline, as every graded study), and the seconds waited and the tokens per session solved beside them."""
     everyone = runs.of("agent")
     mine = {s: r for s, r in everyone.items() if right(r)}
     if runs.base not in mine:
@@ -140,13 +150,10 @@ def headline_rows(runs: Runs) -> list[Row]:
     left = "; ".join(f"{s}: {REPLAYED if replayed(r.records) else NO_TRUTH}" for s, r in everyone.items()
                      if s not in mine)
     rows[0] = replace(rows[0], note="; ".join(x for x in (rows[0].note, left) if x))
-    costs = {s: session_cost(grade_table(r.records)).seconds for s, r in mine.items()}
-    said = "; ".join(f"{s} {c.estimate:.2f} s [{c.low:.2f}, {c.high:.2f}]" if c else f"{s} unknown (none solved)"
-                     for s, c in costs.items())
+    costs = {s: session_cost(grade_table(r.records)) for s, r in mine.items()}
     modes = ", ".join(f"{s} {r.settings.get('mode')}" for s, r in mine.items())
-    return rows + [Row("agent", "seconds waited per session solved", {s: c and c.estimate for s, c in costs.items()},
-                       {s: len(v) for s, v in rights.items()}, role="context", better="lower",
-                       note=f"modes: {modes}; all sessions' wait over the sessions solved (95% bootstrap): {said}")]
+    return rows + cost_rows("agent", "session", costs, {s: len(v) for s, v in rights.items()}, f"modes: {modes}",
+                            "seconds waited")
 
 
 def findings(records: list[dict]) -> list[Finding]:
@@ -160,9 +167,7 @@ def findings(records: list[dict]) -> list[Finding]:
     done, ci = df[df["graded"]], score(df)
     notes = [Finding("info", f"BFCL multi-turn score {ci.points()} over {len(done)} live sessions (95% Wilson), "
                      "graded from the records exactly as BFCL's multi_turn_checker grades them (each turn's backend "
-                     "state and call results against the ground truth's); rule set bfcl only: of the single-turn robust "
-                     "corrections only JSON numbers (5.0 for 5) could move a multi-turn verdict, where a backend "
-                     "writes the number into its result, and it is not applied.", (SCORES,))]
+                     f"state and call results against the ground truth's); {ROBUST}.", (SCORES,))]
     for error, rows in done[~done["bfcl"].astype(bool)].groupby("error_type", sort=False):
         notes.append(info(f"{len(rows)} of {len(done)} sessions failed with {error}; e.g. {rows['session'].iloc[0]}, "
                           f"{rows['why'].iloc[0]}."))

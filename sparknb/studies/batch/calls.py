@@ -40,8 +40,9 @@ def argument_problems(args: dict, spec: dict) -> list[str]:
     found = [MISSING] if any(p not in args for p in spec.get("required", [])) else []
     props = spec.get("properties", {})
     for p, v in args.items():
-        kind = TYPES.get((props.get(p) or {}).get("type"))
-        if kind is not None and not isinstance(v, kind if kind is not float else (int, float)):
+        kind = (props.get(p) or {}).get("type")
+        wanted = {"float": (int, float), "tuple": (list, tuple)}.get(kind, TYPES.get(kind))  # as BFCL widens them
+        if wanted is not None and not isinstance(v, wanted):
             found.append(WRONG_TYPE)
     return found
 

@@ -4,7 +4,6 @@ the run keeps."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -12,6 +11,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from ...endpoint.tools import prompted
+from ...runs import strict_json
 from ...runs.report import Finding, as_records, info
 from ...verdicts import stats
 from ..batch import rule_sets as batch_rules
@@ -103,7 +103,7 @@ def problem_findings(records: Sequence[dict]) -> list[Finding]:
 
 
 def _shown(r: dict) -> str:
-    what = json.dumps(r["calls"]) if r.get("calls") is not None else repr((r.get("text") or "")[:160])
+    what = strict_json.dumps(r["calls"]) if r.get("calls") is not None else repr((r.get("text") or "")[:160])
     return f"`{what[:200]}`"
 
 

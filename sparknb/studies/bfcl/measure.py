@@ -4,7 +4,7 @@ each answer decoded as BFCL decodes it, graded under BFCL's rules and on disk th
 Decoding, as BFCL's handlers do: native, the answer's `tool_calls` as `{name: arguments}` (arguments that are
 not a JSON object: the answer did not parse), and an answer without tool calls is no call where its text is
 empty, else one that did not parse (BFCL's function-calling decoder fails on text); prompt mode, the text read as
-`[func(arg=value), ...]`, with `ast`, never eval (endpoint.tools.prompted).
+`[func(arg=value), ...]` exactly as BFCL's decoder reads it, with `ast`, never eval (endpoint.prompt_calls).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from ...endpoint import stream
 from ...endpoint.completion import Completion
-from ...endpoint.tools import prompted
+from ...endpoint.prompt_calls import decode
 from ...runs.study import Study
 from ..batch.ask import Batch, Questions
 from ..batch.ask import ask as ask_all
@@ -37,7 +37,7 @@ def decoded(done: Completion, form: str) -> tuple[list | None, str | None]:
             if not done.tool_calls:
                 return ([], None) if not done.text.strip() else (None, "text where a tool call was expected")
             return [{c.name: c.parsed()} for c in done.tool_calls], None
-        return [{c.name: c.parsed()} for c in prompted(done.text)], None
+        return decode(done.text), None
     except (ValueError, TypeError) as e:
         return None, str(e)[:200]
 

@@ -17,8 +17,8 @@ mechanism, the harness effect and its words are batch.rule_sets').
 
 from __future__ import annotations
 
-import json
-
+from ...endpoint.prompt_calls import decode
+from ...runs import strict_json
 from ..batch.rule_sets import Graded, Harness, RuleSet
 from . import grading
 
@@ -31,18 +31,29 @@ def _native(record: dict) -> bool:
     return record.get("format") == "native"
 
 
+def calls(record: dict) -> list | None:
+    """The answer's calls as BFCL grades them: a prompt-mode answer decoded afresh from its text, as BFCL decodes
+    at grading time (the record's `calls` went through JSON, which writes a tuple as a list: BFCL's type check
+    fails a tuple given for an array), a native one as recorded."""
+    if _native(record) or "text" not in record:
+        return record.get("calls")
+    try:
+        return decode(record["text"])
+    except ValueError:
+        return None
+
+
 def bfcl(record: dict) -> grading.Verdict:
-    return grading.check(record["category"], record["functions"], record.get("calls"), record["answer"],
-                         _native(record))
+    return grading.check(record["category"], record["functions"], calls(record), record["answer"], _native(record))
 
 
 def robust(record: dict, rules: tuple[str, ...] = (GREEDY, NUMBERS, NAMES)) -> grading.Verdict:
     """BFCL's rules with the corrections named in `rules` (all three by default)."""
-    calls = record.get("calls")
-    if calls is not None and grading._well_formed(calls):
-        calls = _renamed(calls, record) if NAMES in rules else calls
-        calls = _numbers(calls, record["functions"], _native(record)) if NUMBERS in rules else calls
-    return grading.check(record["category"], record["functions"], calls, record["answer"], _native(record),
+    made = calls(record)
+    if made is not None and grading._well_formed(made):
+        made = _renamed(made, record) if NAMES in rules else made
+        made = _numbers(made, record["functions"], _native(record)) if NUMBERS in rules else made
+    return grading.check(record["category"], record["functions"], made, record["answer"], _native(record),
                          greedy=GREEDY not in rules)
 
 
@@ -73,8 +84,8 @@ def _number(value, spec: dict):
 def _set(name: str, follows: str, check) -> RuleSet:
     def grade(record: dict) -> Graded:
         v = check(record)
-        calls = record.get("calls")
-        return Graded(None if calls is None else json.dumps(calls)[:300], v.error_type or "pass", v.valid)
+        made = record.get("calls")
+        return Graded(None if made is None else strict_json.dumps(made)[:300], v.error_type or "pass", v.valid)
 
     return RuleSet(name, follows, (), grade)
 

@@ -11,20 +11,22 @@ from ...runs.run import PastRun
 from ...verdicts import stats
 from ..batch import rule_sets as batch_rules
 from ..batch.cost import Cost, cost
-from .rule_sets import HARNESS, bfcl, robust
+from .rule_sets import HARNESS, bfcl, calls, robust
 
 
 def graded(records: Sequence[dict]) -> list[dict]:
-    """Every finished answer (those with a grade), graded again under both rule sets by this code."""
+    """Every finished answer (those with a grade), graded again under both rule sets by this code, with its calls
+    as BFCL decodes them (a prompt-mode answer's afresh from its text: tuples stay tuples)."""
     out = []
     for r in records:
         if "correct" in r and "answer" in r:
-            out.append(r | {"correct": bfcl(r).valid, "robust": robust(r).valid})
+            out.append(r | {"calls": calls(r), "correct": bfcl(r).valid, "robust": robust(r).valid})
     return out
 
 
 def frame(records: Sequence[dict]) -> pd.DataFrame:
-    cols = ["item", "category", "format", "correct", "robust", "error_type", "total_s", "completion_tokens"]
+    cols = ["item", "category", "format", "correct", "robust", "error_type", "total_s", "completion_tokens",
+            "reasoning_tokens"]
     rows = [{k: r.get(k) for k in cols} | {"called": bool(r.get("calls"))} for r in graded(records)]
     return pd.DataFrame(rows, columns=cols + ["called"])
 
