@@ -249,7 +249,7 @@ def server_requests(url: str) -> float:
 
 @needs_shared
 @pytest.mark.server
-def test_a_server_killed_mid_run_keeps_every_answer_and_resume_asks_only_the_rest(tmp_path):
+def test_a_server_killed_mid_run_keeps_every_answer_and_resume_asks_only_the_rest(tmp_path, tiny_dense):
     params = {"dataset": str(SHARED), "per_category": 2, "max_tokens": 64, "concurrency": 2}
     work = m.prepare(m.Plan.build(**params), "tiny-dense")
     server = testbed.start("tiny-dense", free_port(), log_path=tmp_path / "first.log")
@@ -284,15 +284,11 @@ def test_a_server_killed_mid_run_keeps_every_answer_and_resume_asks_only_the_res
 
     again = m.prepare(m.Plan.build(outputs=str(tmp_path), resume_from=folder.name, **params), "tiny-dense")
     assert {str(r["question_id"]) for r in again.reused} == set(finished)
-    server = testbed.start("tiny-dense", free_port(), log_path=tmp_path / "second.log")
-    try:
-        second = open_study(tmp_path, server.url, again)
-        before = server_requests(server.url)
-        batch = m.ask(second, again, log=quiet)
-        asked = server_requests(server.url) - before
-        finish(second, again, batch)
-    finally:
-        server.stop()
+    second = open_study(tmp_path, tiny_dense.url, again)  # resumed on the suite's own server: nothing else asks it now
+    before = server_requests(tiny_dense.url)
+    batch = m.ask(second, again, log=quiet)
+    asked = server_requests(tiny_dense.url) - before
+    finish(second, again, batch)
     assert asked == len(work.questions) - len(finished) == batch.asked  # by the server's own count
     records = read_records(second.run.path)
     assert set(m.answered(records)) == set(work.ids) and verify(second.run.path) == []
