@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 
 import httpx
@@ -29,6 +30,7 @@ from sparknb.runs.run import read_records, verify
 from sparknb.serving import dequantized, real_models, testbed
 from sparknb.serving.processes import free_port
 from sparknb.serving.targets import testbed_target
+from sparknb.studies.agent import figures
 
 QUESTIONS = ("What is the capital of France?", "Write a Python function that adds two numbers.",
              "List three colors.", "Why is the sky blue?")
@@ -70,6 +72,7 @@ def test_a_speculative_serving_asked_of_vllm_is_refused_naming_the_server_that_h
     assert "smollm2-draft is served by llama-server only" in capsys.readouterr().err
 
 
+@pytest.mark.demo  # the checkpoint is written by transformers
 def test_smollm2_tools_on_vllm_is_served_with_the_tool_template_its_parser_and_the_cached_counts():
     """`sparknb serve smollm2-tools` on vLLM (its params and its command line, built without a start): the tool
     template, the hermes parser and --enable-prompt-tokens-details (without it the agent study's cached counts are
@@ -129,6 +132,15 @@ def test_a_live_agent_session_on_vllm_seals_with_its_own_cached_counts_and_its_c
     # vLLM keeps whole blocks only (128 tokens on its CPU build): the second step was served 1,024 of the 1,074 sent
     # before (the probe with the tools had already cached the first step's 1,024)
     assert 0 < steps[1]["cached_tokens"] <= steps[0]["prompt_tokens"] < steps[1]["prompt_tokens"]
+    gauge = next(line for line in httpx.get(f"{vllm.url.removesuffix('/v1')}/metrics", timeout=60).text.splitlines()
+                 if line.startswith("vllm:cache_config_info{"))
+    block = int(re.search(r'[{,]block_size="(\d+)"', gauge).group(1))
+    assert next(r for r in records if r.get("kind") == "drawn")["cache_block"] == block == 128  # the CPU default
+    sent, cached = steps[0]["prompt_tokens"], steps[1]["cached_tokens"]
+    should = figures.step_table(records)["should_cache"].tolist()  # only the whole blocks of the prompt sent before
+    assert cached % block == 0 and sent % block and should == [0, max(0, min(steps[1]["prompt_tokens"] - cached,
+                                                                            sent // block * block - cached))]
+    assert should[1] < sent - cached  # counted by the token, the cache would have been blamed for a part block
 
 
 @pytest.mark.server
