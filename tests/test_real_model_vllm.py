@@ -27,9 +27,8 @@ from test_real_model import _have_model, _measured
 
 from sparknb.cli import main
 from sparknb.runs.run import read_records, verify
-from sparknb.serving import dequantized, real_models, testbed
+from sparknb.serving import dequantized, real_models, targets, testbed
 from sparknb.serving.processes import free_port
-from sparknb.serving.targets import testbed_target
 from sparknb.studies.agent import figures
 
 QUESTIONS = ("What is the capital of France?", "Write a Python function that adds two numbers.",
@@ -81,11 +80,11 @@ def test_smollm2_tools_on_vllm_is_served_with_the_tool_template_its_parser_and_t
     if why:
         pytest.skip(why)
     assert testbed.params_name("smollm2-tools", "vllm") == "smollm2-tools-vllm"
-    argv = list(testbed_target("smollm2-tools", free_port(), engine="vllm").start)
+    argv = list(targets.testbed_target("smollm2-tools", free_port(), engine="vllm").start)
     flags = " ".join(argv[argv.index("--chat-template"):])
     assert flags.startswith(f"--chat-template {real_models.TEMPLATE} --enable-auto-tool-choice --tool-call-parser "
                             "hermes --enable-prompt-tokens-details"), argv
-    assert str(dequantized.checkpoint()) in argv and "--chat-template" not in testbed_target(
+    assert str(dequantized.checkpoint()) in argv and "--chat-template" not in targets.testbed_target(
         "smollm2", free_port(), engine="vllm").start  # the plain serving: the GGUF's own template
 
 
