@@ -2,9 +2,11 @@
 # Issue 35 on a lent GPU in one call of at most 10 minutes: a sealed live agent run made beforehand (SmolLM2-135M on
 # llama-server with sparknb's tool template, BFCL sessions) replayed to two random-weight models of different sizes
 # (Qwen3-1.7B's and Qwen3-4B's shapes, F16, the test bed's vocabulary) on the pinned llama-server built there, with
-# the same template, prompt cache on, 4 slots: each model at 1 and at 4 sessions in flight, then the comparison of
+# the same template, prompt cache on, 8 slots: each model at 1 and at 4 sessions in flight, then the comparison of
 # the two models at each. Random weights cannot call tools; a replay sends the live run's messages at every step and
-# asks each answer at the live one's length, so it measures speed, never quality.
+# asks each answer at the live one's length, so it measures speed, never quality. While the small model is served,
+# two benches: where each step's time before its first token goes (bench/agent_ttft_control.py: the step as chat,
+# and as the server's own token ids), and the client's cost per step at 1 and 8 sessions (bench/agent_client_cost.py).
 #
 # Prepare here, where the network is (from the repository root):
 #   bash bench/step_split_prepare.sh                 # .device (llama.cpp source, tokenizer) and .whl (wheels)
@@ -31,7 +33,7 @@ wait "$writer"; rc=$?; cat "$LOGS/models.log"; [ $rc = 0 ] || exit 1
 serve() {  # $1 shape, $2 name, $3 port: the params file, then the server alone on the GPU (the guard refuses a
            # run beside another's GPU process), ready within 120 s
     cat > "params/models/$2.yaml" <<EOF2
-# Written by bench/agent_replay_gpu.sh: a random F16 GGUF (make_model.py --shape $1) on llama-server, 4 slots,
+# Written by bench/agent_replay_gpu.sh: a random F16 GGUF (make_model.py --shape $1) on llama-server, 8 slots,
 # --jinja with sparknb's tool template, the slots' prompt cache on, --cache-ram 0.
 name: $2
 served_model_name: $2
@@ -42,7 +44,7 @@ engine: llama.cpp
 checkpoint: .device-build/models/$1-random-f16.gguf
 EOF2
     "$DEV/bin/llama-server" --model "$DEV/models/$1-random-f16.gguf" --alias "$2" --host 127.0.0.1 --port "$3" \
-        -ngl 99 --ctx-size 65536 --parallel 4 --metrics --cache-ram 0 --jinja \
+        -ngl 99 --ctx-size 131072 --parallel 8 --metrics --cache-ram 0 --jinja \
         --chat-template-file sparknb/serving/templates/chatml-tools.jinja --log-prefix --log-timestamps \
         > "$LOGS/$2.log" 2>&1 &
     SERVER=$!
@@ -61,6 +63,14 @@ for spec in "qwen3-1.7b small-1.7b 8093" "qwen3-4b large-4b 8094"; do
         grep -E "^- |sealed run|Error" "$LOGS/agent-$model-$n.log" | cut -c1-400
         RUNS[$n]="${RUNS[$n]:-}$(grep -oE 'sealed run: .*' "$LOGS/agent-$model-$n.log" | sed 's/sealed run: //'), "
     done
+    if [ "$model" = small-1.7b ]; then
+        stamp "$model: the step's time before its first token, as chat and as token ids"
+        timeout 120 "$PY" bench/agent_ttft_control.py --url "http://127.0.0.1:$port/v1" --model "$model" \
+            --run "$LIVE" 2>&1 | tee "$LOGS/ttft-control.log"
+        stamp "$model: the client's cost per step at 1 and 8 sessions in flight"
+        timeout 120 "$PY" bench/agent_client_cost.py --url "http://127.0.0.1:$port/v1" --model "$model" \
+            --run "$LIVE" --in-flight 1 8 2>&1 | tee "$LOGS/client-cost.log"
+    fi
     kill "$SERVER"; wait "$SERVER" 2>/dev/null
 done
 for n in 1 4; do

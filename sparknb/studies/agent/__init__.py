@@ -8,7 +8,8 @@ saved, and the rest; the traps named (traps). A sealed live run replays to other
 Several sessions in flight (`in_flight: [1, 2, 4, 8]`) and the box's capacity within a stated SLO, found by a
 search that stops when decided (capacity; measure.sweep). The records keep each turn's calls as executed, their
 results and the backends' state: a live run's sessions are graded from them as BFCL grades them (grades), and its
-steps' call problems named (problems); a replay is not graded.
+steps' call problems named (problems); a replay is not graded. Live sessions asked sequentially against another
+run stop once the paired sequence of their grades decides, and resume where they stopped (work).
 """
 
 from ...verdicts.verdict import Row, Runs
@@ -21,9 +22,11 @@ from .grades import summary as grade_summary
 from .measure import measure
 from .plan import NOTEBOOK, Plan
 from .traps import findings
+from .work import Work, held, prepare
+from .work import findings as sequence_findings
 
-__all__ = ["STUDY", "Plan", "findings", "grade_summary", "grade_table", "headline_rows", "level_table", "measure",
-           "plot_levels", "session_table", "step_table"]
+__all__ = ["STUDY", "Plan", "Work", "findings", "grade_summary", "grade_table", "headline_rows", "held",
+           "level_table", "measure", "plot_levels", "prepare", "sequence_findings", "session_table", "step_table"]
 
 
 def headline_rows(runs: Runs) -> list[Row]:

@@ -16,7 +16,7 @@ solved session cost.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import ClassVar, Literal
+from typing import Literal
 
 import pandas as pd
 from pydantic import Field
@@ -40,14 +40,9 @@ COLUMNS = ["session", "graded", "bfcl", "error_type", "failed_turn", "why", "wai
 
 
 class Graded(Plan):
-    """The agent's plan as its graded rows read it: a session is the unit, and two live runs in different modes
-    compare (the format's effect, as BFCL's format does); a different step cap or answer length does not.
-    No record holds a session's answers whole, so `key` names none: the paired difference keeps every doubt about
-    the scores (batch.headline.identical finds no shared answer)."""
+    """The agent's plan as its graded rows read it (a session is the unit, plan.Plan): two live runs in different
+    modes compare (the format's effect, as BFCL's format does); a different step cap or answer length does not."""
 
-    unit: ClassVar[str] = "sessions"
-    drawn: ClassVar[str] = "sessions"
-    key: ClassVar[str] = "graded_session"
     mode: Literal["native", "prompt"] = Field("native", description="native or prompt")
 
 
@@ -108,6 +103,11 @@ def _why(v: bfcl_turns.Checked, truth: list) -> str:
 def _short(value) -> str:
     text = str(value)
     return text if len(text) <= 160 else text[:157] + "..."
+
+
+def passed(records: list[dict], session: str) -> bool | None:
+    """One session of the run, as soon as it ended: passed under BFCL's rules or not; None where not graded."""
+    return _verdict(session, truths(records), records)["bfcl"]
 
 
 def right(run: PastRun) -> dict[str, bool]:

@@ -14,6 +14,9 @@ client check and, where an SLO is given, its verdict; the search's record ends t
 sessions: with fewer, fewer than N are ever in flight, and a copy of a session would share its prefix with its twin
 in the server's cache (a cached share no real agent gets); so the levels stop at the replayed run's session count
 (a sweep asking more is refused when the plan is built).
+
+A resumed run writes the sessions it reuses first, their records whole (work.Work.kept); a sequential run asks the
+rest one at a time, each graded the moment it ends (work.judged), and sends nothing once its sequence decides.
 """
 
 from __future__ import annotations
@@ -25,35 +28,39 @@ from ...endpoint import keepup, stream
 from ...errors import EndpointError, ParamsError
 from .capacity import at_level, boundary, check, judge, next_level
 from .figures import cache_block as recorded_block
-from .plan import Plan, sessions
+from .plan import Plan
 from .sessions import Replay, Session
+from .work import Work, judged, prepare
 
 PROBE = [{"role": "user", "content": "Change into the folder named 'document'."}]
 LOST = 0.5  # a step that kept less than this share of the prompt it had sent before lost its cache
 
 
-def measure(study, plan: Plan) -> list[dict]:
-    fields = {"max_tokens": plan.max_tokens, "temperature": plan.temperature}
+def measure(study, work: Work | Plan) -> list[dict]:
+    """The sessions of the work (a plan is prepared here: work.prepare), measured inside study.measuring(); a
+    resumed run's reused sessions first, copied whole; a sequential run's asked until its sequence decides."""
+    work = prepare(work, study.model.name) if isinstance(work, Plan) else work
+    plan, fields = work.plan, {"max_tokens": work.plan.max_tokens, "temperature": work.plan.temperature}
     with study.measuring():
-        runs = replays(plan, fields, study.run.record) if plan.replayed else lives(plan, fields, study.run.record)
-        study.run.record({"kind": "drawn", "sessions": [s.id for s in runs], "source": source(plan),
+        for r in work.kept() + work.reused:
+            study.run.record({**r, "resumed_from": plan.resumed.id})
+        runs = replays(plan, fields, study.run.record) if plan.replayed else lives(work, fields, study.run.record)
+        study.run.record({"kind": "drawn", "sessions": work.ids or [s.id for s in runs], "source": work.dataset,
                           **cache_block(study.endpoint)})
-        if plan.mode == "native" and not plan.replayed:
+        if plan.mode == "native" and runs and not plan.replayed:
             probe_tools(study, runs[0].fields["tools"])
         if plan.searching or plan.levels:
             sweep(study, plan, lambda record: replays(plan, fields, record))
         elif plan.in_flight == 1:
-            for session in runs:
+            for session in (work.live.until_decided(runs) if work.live else runs):
                 one(study, session)
+                if plan.sequential:
+                    judged(study, work, session.id)
         else:
             stream.run(lambda: many(study.streaming(), runs, plan.in_flight, study.run.record))
         if not (plan.searching or plan.levels):
             diagnose(study, runs)
     return study.records()
-
-
-def source(plan: Plan) -> str:
-    return f"replay of {plan.replayed.id}" if plan.replayed else sessions(plan)[1]
 
 
 def cache_block(ep) -> dict:
@@ -66,8 +73,9 @@ def cache_block(ep) -> dict:
     return {"cache_block": tokens, "cache_block_said": said}
 
 
-def lives(plan: Plan, fields: dict, record) -> list[Session]:
-    return [Session(e, plan.mode, plan.max_steps, fields, record) for e in sessions(plan)[0]]
+def lives(work: Work, fields: dict, record) -> list[Session]:
+    """The sessions still to ask, in the order asked."""
+    return [Session(e, work.plan.mode, work.plan.max_steps, fields, record) for e in work.todo()]
 
 
 def replays(plan: Plan, fields: dict, record) -> list[Replay]:

@@ -5,6 +5,11 @@ seeded, or read from a JSONL file of BFCL's shape; a session whose classes spark
 left out of the draw, and named where asked for. `replay_from` names a sealed live run: its sessions are then
 replayed, the same messages at every step, each answer of a fixed length (the live answer's own), so that two
 models' speeds compare on the same work.
+
+`sequential: true` (batch.sequence: its `margin` and `budget`) asks the live sessions in a seeded random order, and
+against `compare_with` in that run's order, stopping once the paired confidence sequence of the BFCL grades decides
+(work). It asks one session at a time: the sequence decides on each session's grade before the next goes out.
+A replay is never sequential: its answers are the live run's filler, not the model's, and are never graded.
 """
 
 from __future__ import annotations
@@ -17,28 +22,37 @@ from pydantic import Field, model_validator
 
 from ...errors import DataError
 from ...runs import plan
-from ...runs.plan import COMPARED, IGNORED
+from ...runs.plan import COMPARED, IGNORED, RESUMED
 from ...runs.run import PastRun, read_past
 from ..batch import bfcl
-from ..batch.plan import Temperature
+from ..batch.plan import Past, Temperature, resume_from
+from ..batch.sequence import Sequential
 
 NOTEBOOK = "agent"
 SHAPE = ("id", "question", "initial_config", "involved_classes")  # what a session line of BFCL's must have
 
 
-class Plan(plan.Plan):
+class Plan(Sequential):
     study: ClassVar[str] = NOTEBOOK
+    unit: ClassVar[str] = "sessions"
+    drawn: ClassVar[str] = "drawn_sessions"  # `sessions` is the count drawn
+    # No record holds a session's answers whole: the key names the one record of its grade (work.judged), so the
+    # paired difference keeps every doubt about the scores (batch.headline.identical finds no shared answer)
+    key: ClassVar[str] = "graded_session"
+    recorded: ClassVar = {"drawn_sessions": (IGNORED,)}
     sessions: int = Field(4, ge=1, description="sessions to run, 1 or more, drawn evenly across BFCL's classes")
-    seed: Annotated[int, COMPARED] = Field(0, description="the draw's seed")
+    seed: Annotated[int, COMPARED] = Field(0, description="the draw's seed, and a sequential run's order's")
     session_ids: list[str] = Field([], description="BFCL ids to run instead of a draw, e.g. ['multi_turn_base_0']")
-    sessions_file: str = Field("", description="a JSONL file of sessions in BFCL's multi-turn shape (id, question, "
-                               "initial_config, involved_classes; ground_truth to be graded), or empty for BFCL's "
-                               "multi_turn_base")
-    mode: Annotated[Literal["native", "prompt"], COMPARED] = Field(
+    sessions_file: Annotated[str, RESUMED] = Field(
+        "", description="a JSONL file of sessions in BFCL's multi-turn shape (id, question, initial_config, "
+        "involved_classes; ground_truth to be graded), or empty for BFCL's multi_turn_base")
+    mode: Annotated[Literal["native", "prompt"], COMPARED, RESUMED] = Field(
         "native", description="native (OpenAI `tools`, the server parses calls) or prompt (BFCL's system prompt, the "
         "model writes [func(arg=...)])")
-    max_steps: Annotated[int, COMPARED] = Field(5, ge=1, description="requests per user turn at most, 1 or more")
-    max_tokens: Annotated[int, COMPARED] = Field(256, ge=1, description="the longest answer of a step, 1 or more")
+    max_steps: Annotated[int, COMPARED, RESUMED] = Field(5, ge=1, description="requests per user turn at most, 1 or "
+                                                         "more")
+    max_tokens: Annotated[int, COMPARED, RESUMED] = Field(256, ge=1, description="the longest answer of a step, 1 or "
+                                                          "more")
     temperature: Temperature
     replay_from: Annotated[str, IGNORED] = Field("", description="a sealed live agent run to replay for speed: "
                                                  "its messages at every step, its answer lengths")
@@ -50,6 +64,7 @@ class Plan(plan.Plan):
         None, gt=0, description="the capacity search's SLO: a session's decode tok/s (median) at least this, or None")
     max_in_flight: Annotated[int, COMPARED] = Field(8, ge=1, description="the capacity search's highest level")
     compare_with: Annotated[plan.RunIds, IGNORED] = Field([], description="earlier agent runs: folders or run ids")
+    resume_from: Past = resume_from(NOTEBOOK)
 
     @model_validator(mode="after")
     def _levels_replay(self) -> Plan:
@@ -58,6 +73,13 @@ class Plan(plan.Plan):
                              "run, so that every level does the same work: give replay_from")
         if isinstance(self.in_flight, list) and not self.in_flight:
             raise ValueError("in_flight is an empty list: give the levels, e.g. [1, 2, 4, 8]")
+        if self.replay_from and (self.sequential or self.resume_from):
+            raise ValueError("a replay (replay_from) measures speed on the live run's own answers, which are never "
+                             "graded: it is never sequential and resumes nothing. Fix: sequential=false and "
+                             "resume_from empty, or run live (replay_from empty) to ask sessions sequentially")
+        if self.sequential and (self.in_flight != 1 or len(self.compare_with) > 1):
+            raise ValueError("a sequential run asks one session at a time, each graded before the next, against one "
+                             "run: set in_flight 1 and name at most one compare_with run")
         if self.searching and self.in_flight != 1:
             raise ValueError("the capacity search (an SLO given) picks its own levels, up to max_in_flight: leave "
                              "in_flight at 1, or give no SLO to sweep the in_flight levels you name")

@@ -9,18 +9,21 @@ from .compare import BatchSpeed, Paired, needed_text
 from .headline import SCORES
 
 
-def coverage(asked_for: int, graded: int, work, what: str = "questions", figures: str = "the speed figures"
+def coverage(asked_for: int, graded: int, work, what: str = "questions", figures: str | None = "the speed figures"
              ) -> list[Finding]:
     """What the scores leave out (answers never graded, or never asked once a sequential run's sequence decided)
-    and what they took from an earlier run (`work.reused`)."""
+    and what they took from an earlier run (`work.reused`); `figures`: those the reused answers are left out of
+    (None: a study that copies their records whole, the agent's sessions with their steps' timings)."""
     live = getattr(work, "live", None)
     notes = [_stopped(live.sequence, asked_for - graded, type(work.plan).unit)] if live and live.decided else []
     if asked_for > graded and not notes:
         notes.append(warning(f"{asked_for - graded} of the {asked_for} {what} have no graded answer (stopped or "
                              "failed); the scores cover the graded ones only. Finish with resume_from."))
     if work.reused:
-        notes.append(info(f"{len(work.reused)} graded answer(s) were reused from run {work.resumed.id}; only the "
-                          f"others were asked, and only those count in {figures}."))
+        counted = (f"only those count in {figures}" if figures else "the records of those reused are counted as "
+                   "this run's, with the timings that run took")
+        notes.append(info(f"{len(work.reused)} graded {'answer(s)' if figures else what} were reused from run "
+                          f"{work.resumed.id}; only the others were asked, and {counted}."))
     return notes
 
 
