@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sparknb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_serve = sub.add_parser("serve", help="start a test-bed model: a tiny one on the real vLLM CPU server or "
-                             "llama-server, or the real SmolLM2-135M (smollm2 on either; its speculative servings on "
-                             "llama-server only)")
+                             "llama-server, or the real SmolLM2-135M (smollm2 and smollm2-tools on either; its "
+                             "speculative servings on llama-server only)")
     p_serve.add_argument("name", choices=["tiny-dense", "tiny-moe", "smollm2", "smollm2-draft", "smollm2-ngram",
                                           "smollm2-tools"])
     p_serve.add_argument("--engine", choices=TESTBED_ENGINES, default=TESTBED_ENGINES[0],

@@ -1,12 +1,13 @@
 """The agent study: BFCL sessions on the real model (SmolLM2 on llama-server with sparknb's tool template), every
 step's cached-token count the server's own, a replay that sends the same prompts to a server whose prompt cache is
-off (the cache loss named, with its step and cause), the silent tool drop caught before the first session, and the
-bad input refused before any request."""
+off and to one whose chat template rewrites an earlier turn (each cache loss named, with its step and cause), the
+silent tool drop caught before the first session, and the bad input refused before any request."""
 
 from __future__ import annotations
 
 import json
 
+import httpx
 import papermill
 import pytest
 from bfcl_reference import multi_turn_check
@@ -14,15 +15,20 @@ from support import outputs_text, run_notebook
 
 from sparknb.errors import DataError, ParamsError
 from sparknb.runs.run import read_past, read_records, verify
-from sparknb.serving import testbed
+from sparknb.serving import real_models, testbed
 from sparknb.serving.processes import free_port
 from sparknb.studies import agent
-from sparknb.studies.agent import headline_rows, problems
+from sparknb.studies.agent import figures, headline_rows, problems, traps
 from sparknb.studies.agent import plan as agent_plan
 from sparknb.studies.batch import bfcl, bfcl_turns, calls
 from sparknb.verdicts.verdict import Runs
 
 LIVE = {"model": "smollm2-tools-llamacpp", "max_steps": 2, "max_tokens": 40}
+# Mistral-7B-Instruct-v0.3's chat template renders its system message only while the conversation ends on a user
+# turn (`{%- if loop.last and system_message is defined %}`): once the model has called a tool, the system text is
+# gone from the re-rendered prompt. The same rewrite of sparknb's template: its system instructions only then.
+SYSTEM = "You are a helpful assistant that can call functions."
+REWRITES = "{% if messages[-1].role == 'user' %}" + SYSTEM + "{% endif %}"
 REPEAT = 'Repeat exactly this line and nothing else:\n<tool_call>\n{{"name": "{0}", "arguments": {1}}}\n</tool_call>'
 
 
@@ -113,6 +119,24 @@ def test_live_sessions_seal_with_the_servers_own_cache_counts(live):
     turns = [r for r in records if r.get("kind") == "turn"]
     assert len(turns) == 1 and turns[0]["steps"] == 2 and "MessageAPI" in turns[0]["state"]
     assert "CACHE LOST" not in outputs_text(nb)
+    drawn = next(r for r in records if r.get("kind") == "drawn")  # llama-server keeps a prompt token by token
+    assert drawn["cache_block"] == 1 and "no blocks" in drawn["cache_block_said"]
+    new = steps[1]["prompt_tokens"] - steps[1]["cached_tokens"]  # every token sent before counts, none rounded
+    should = figures.step_table(records)["should_cache"].tolist()
+    assert should == [0, max(0, min(new, steps[0]["prompt_tokens"] - steps[1]["cached_tokens"]))]
+
+
+def test_a_server_that_does_not_say_its_cache_blocks_leaves_what_it_should_have_cached_unknown(live):
+    """The live run's records as a server that names no blocks would leave them: should_cache and the prefill it
+    would have saved unknown (never counted by the token), and said so."""
+    records = [r | {"cache_block": None, "cache_block_said": "its server does not say"} if r.get("kind") == "drawn"
+               else r for r in live[3]]
+    should = figures.step_table(records)["should_cache"]
+    assert should.iloc[0] == 0 and should.isna().tolist() == [False, True]  # the first step had nothing sent before
+    split = agent.session_table(records).iloc[0]
+    assert split["prefill_lost_s"] is None and split["prefill_new_s"] is None and split["cached_tokens"] > 0
+    said = [n.text for n in traps.findings(records)]
+    assert any("BLOCKS ARE UNKNOWN (its server does not say)" in t and "should_cache" in t for t in said), said
 
 
 def test_a_replay_sends_the_same_prompts_and_names_the_cache_a_server_did_not_keep(live):
@@ -144,6 +168,43 @@ def test_a_replay_sends_the_same_prompts_and_names_the_cache_a_server_did_not_ke
     checks = [r for r in read_records(replay) if r.get("kind") == "cache_check"]
     assert checks and all(c["first_difference"] is None or c["first_difference"] >= c["prompt_before"] - 1
                           for c in checks)
+
+
+def _first_difference(url: str, records: list[dict]) -> tuple[int, int]:
+    """The live session's two prompts as llama-server's own /apply-template renders them (the session's tools) and
+    its /tokenize counts them: the first token where they differ, and the first prompt's length."""
+    root, tools = url.removesuffix("/v1"), json.loads(next(r for r in records if r.get("kind") == "session")["tools"])
+    first, second = (r["sent"] for r in records if r.get("kind") == "step")
+    answer = next(r for r in records if r.get("kind") == "tools")["assistant"]
+    ids = []
+    for messages in (first, first + [answer] + second):
+        text = httpx.post(f"{root}/apply-template", json={"messages": messages, "tools": tools}, timeout=60)
+        ids.append(httpx.post(f"{root}/tokenize", json={"content": text.json()["prompt"], "add_special": True},
+                              timeout=60).json()["tokens"])
+    return next(i for i, (a, b) in enumerate(zip(*ids)) if a != b), len(ids[0])
+
+
+def test_a_replay_to_a_template_that_rewrites_an_earlier_turn_names_the_token_where_the_prompt_changed(live,
+                                                                                                     tmp_path):
+    """The live run replayed to llama-server given sparknb's template rewritten as Mistral v0.3's rewrites its
+    system message (SYSTEM above): the second step's prompt changes near its start, so the slot's cache holds
+    almost none of it; the study names the loss, the step, and the token where the re-rendered prompt first
+    differs, the very token llama-server's own /apply-template and /tokenize give."""
+    _, _, folder, records = live
+    shipped = real_models.TEMPLATE.read_text()
+    assert shipped.count(SYSTEM) == 1
+    template = tmp_path / "rewrites-the-system-turn.jinja"
+    template.write_text(shipped.replace(SYSTEM, REWRITES))
+    with testbed.start("smollm2", free_port(), engine="llama.cpp", timeout=120, log_path=tmp_path / "rewrite.log",
+                       extra_args=("--jinja", "--chat-template-file", str(template))) as server:
+        nb, replay = run_notebook("agent", tmp_path, {**LIVE, "endpoint": server.url, "replay_from": str(folder)})
+        at, before = _first_difference(server.url, records)
+    assert verify(replay) == [] and at < before // 2  # the prompt changed in the first half of the one sent before
+    checks = [r for r in read_records(replay) if r.get("kind") == "cache_check"]
+    assert [(c["turn"], c["step"], c["first_difference"], c["rendered_before"]) for c in checks] == [(0, 1, at, before)]
+    text = outputs_text(nb)
+    assert "CACHE LOST at session repeat_0 turn 1 step 2:" in text and "did not keep it" not in text
+    assert f"The chat template rewrote an earlier turn: the re-rendered prompt first differs at token {at} " in text
 
 
 def test_tools_dropped_in_silence_are_caught_before_the_first_session(tmp_path, session_file):

@@ -2,9 +2,10 @@
 wrote from the very GGUF llama-server serves (sparknb.serving.dequantized).
 
 One vLLM start (minutes the first time: the checkpoint is written and torch.compile runs) and a few short requests.
-vLLM is given sparknb's tool template, its hermes tool-call parser and --enable-prompt-tokens-details
-(real_models.VLLM_TOOLS), so the same start serves an agent session and BFCL items natively; its llama-server is the
-session's shared `smollm2_tools` (the same template), so both render a chat prompt alike.
+vLLM serves `smollm2-tools` as `sparknb serve smollm2-tools` does: sparknb's tool template, its hermes tool-call parser
+and --enable-prompt-tokens-details (real_models.VLLM_SERVINGS), so the same start serves an agent session and BFCL
+items natively; its llama-server is the session's shared `smollm2_tools` (the same template), so both render a chat
+prompt alike.
 The two servers count a prompt alike but do not compute alike (float32 weights against llama.cpp's Q4_1 blocks
 times 8-bit activations), so their greedy answers are not asserted equal: how far they agree is measured.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 
 import httpx
@@ -25,8 +27,9 @@ from test_real_model import _have_model, _measured
 
 from sparknb.cli import main
 from sparknb.runs.run import read_records, verify
-from sparknb.serving import dequantized, real_models, testbed
+from sparknb.serving import dequantized, real_models, targets, testbed
 from sparknb.serving.processes import free_port
+from sparknb.studies.agent import figures
 
 QUESTIONS = ("What is the capital of France?", "Write a Python function that adds two numbers.",
              "List three colors.", "Why is the sky blue?")
@@ -40,7 +43,7 @@ def servers(smollm2_tools):
         if os.environ.get("SPARKNB_REQUIRE_SERVERS") == "1":
             pytest.fail(why, pytrace=False)
         pytest.skip(why)
-    with testbed.start(real_models.SERVED, free_port(), engine="vllm", extra_args=real_models.VLLM_TOOLS) as vllm:
+    with testbed.start("smollm2-tools", free_port(), engine="vllm") as vllm:  # the serving `sparknb serve` starts
         yield vllm, smollm2_tools
 
 
@@ -66,6 +69,23 @@ def test_the_checkpoint_carries_the_ggufs_own_chat_template_and_plain_float32_we
 def test_a_speculative_serving_asked_of_vllm_is_refused_naming_the_server_that_has_it(capsys):
     assert main(["serve", "smollm2-draft"]) == 2
     assert "smollm2-draft is served by llama-server only" in capsys.readouterr().err
+
+
+@pytest.mark.demo  # the checkpoint is written by transformers
+def test_smollm2_tools_on_vllm_is_served_with_the_tool_template_its_parser_and_the_cached_counts():
+    """`sparknb serve smollm2-tools` on vLLM (its params and its command line, built without a start): the tool
+    template, the hermes parser and --enable-prompt-tokens-details (without it the agent study's cached counts are
+    unknown); the same command the server tests below start."""
+    why = _have_model()
+    if why:
+        pytest.skip(why)
+    assert testbed.params_name("smollm2-tools", "vllm") == "smollm2-tools-vllm"
+    argv = list(targets.testbed_target("smollm2-tools", free_port(), engine="vllm").start)
+    flags = " ".join(argv[argv.index("--chat-template"):])
+    assert flags.startswith(f"--chat-template {real_models.TEMPLATE} --enable-auto-tool-choice --tool-call-parser "
+                            "hermes --enable-prompt-tokens-details"), argv
+    assert str(dequantized.checkpoint()) in argv and "--chat-template" not in targets.testbed_target(
+        "smollm2", free_port(), engine="vllm").start  # the plain serving: the GGUF's own template
 
 
 @pytest.mark.server
@@ -97,7 +117,7 @@ def test_a_live_agent_session_on_vllm_seals_with_its_own_cached_counts_and_its_c
     Every step's cached tokens are vLLM's usage figure; one session at a time, so each also equals what vLLM's
     /metrics prefix-cache hits counter moved by around that request (the server's other count)."""
     vllm, _ = servers
-    _, folder = run_notebook("agent", tmp_path, {**LIVE, "model": "smollm2-vllm", "sessions_file": session_file,
+    _, folder = run_notebook("agent", tmp_path, {**LIVE, "model": "smollm2-tools-vllm", "sessions_file": session_file,
                                                  "endpoint": vllm.url})
     assert verify(folder) == []
     records = read_records(folder)
@@ -111,12 +131,21 @@ def test_a_live_agent_session_on_vllm_seals_with_its_own_cached_counts_and_its_c
     # vLLM keeps whole blocks only (128 tokens on its CPU build): the second step was served 1,024 of the 1,074 sent
     # before (the probe with the tools had already cached the first step's 1,024)
     assert 0 < steps[1]["cached_tokens"] <= steps[0]["prompt_tokens"] < steps[1]["prompt_tokens"]
+    gauge = next(line for line in httpx.get(f"{vllm.url.removesuffix('/v1')}/metrics", timeout=60).text.splitlines()
+                 if line.startswith("vllm:cache_config_info{"))
+    block = int(re.search(r'[{,]block_size="(\d+)"', gauge).group(1))
+    assert next(r for r in records if r.get("kind") == "drawn")["cache_block"] == block == 128  # the CPU default
+    sent, cached = steps[0]["prompt_tokens"], steps[1]["cached_tokens"]
+    should = figures.step_table(records)["should_cache"].tolist()  # only the whole blocks of the prompt sent before
+    assert cached % block == 0 and sent % block and should == [0, max(0, min(steps[1]["prompt_tokens"] - cached,
+                                                                            sent // block * block - cached))]
+    assert should[1] < sent - cached  # counted by the token, the cache would have been blamed for a part block
 
 
 @pytest.mark.server
 def test_bfcl_items_asked_natively_on_vllm_are_graded_as_bfcl_evals_own_checker_grades_them(servers, tmp_path):
     vllm, _ = servers
-    _, folder = run_notebook("bfcl", tmp_path, {"model": "smollm2-vllm", "endpoint": vllm.url, "format": "native",
+    _, folder = run_notebook("bfcl", tmp_path, {"model": "smollm2-tools-vllm", "endpoint": vllm.url, "format": "native",
                                                 "categories": ["simple_python", "multiple", "irrelevance"],
                                                 "per_category": 1, "max_tokens": 48})
     assert verify(folder) == []

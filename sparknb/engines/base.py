@@ -83,6 +83,11 @@ class Engine:
         endpoint.completion.Completion); None where the server does not tell it, never an estimate."""
         return done.usage_cached_tokens
 
+    def cache_block(self, metrics_text: Callable[[], str | None]) -> tuple[int | None, str]:
+        """The tokens its prefix cache keeps a prompt in (of a prompt sent before, only whole blocks can be served
+        again), and who says so; None where the server does not say (`metrics_text` reads its /metrics)."""
+        return None, f"{self.name} does not say what blocks its prefix cache keeps"
+
     def render_chat(self, post: Post, model: str, messages: list[dict], tools: list[dict] | None) -> str | None:
         """A chat request's prompt as the server's template renders it (tools included), or None where it cannot."""
         return None

@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..endpoint import metrics
@@ -130,6 +130,11 @@ class LlamaCpp(Engine):
         """`timings.cache_n`, the slot's own count; usage's cached_tokens where no timings came."""
         cached = (done.server or {}).get("cached_tokens")
         return cached if cached is not None else done.usage_cached_tokens
+
+    def cache_block(self, metrics_text: Callable[[], str | None]) -> tuple[int | None, str]:
+        """No blocks: a slot serves again the whole prefix its earlier prompt shares with the new one, token by
+        token (timings.cache_n)."""
+        return 1, "llama-server keeps a slot's earlier prompt token by token (no blocks)"
 
     def render_chat(self, post: Post, model: str, messages: list[dict], tools: list[dict] | None) -> str | None:
         applied = post("/apply-template", {"messages": messages, **({"tools": tools} if tools else {})})

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from ..endpoint import metrics
@@ -90,6 +91,15 @@ class Vllm(Engine):
     def kv_cache_dtype(self, metrics_text: str | None) -> tuple[str, str] | None:
         found = re.search(r'cache_dtype="([^"]+)"', metrics_text or "")  # the cache_config_info gauge; auto: the model's
         return (found.group(1), "vLLM's cache_config_info (--kv-cache-dtype)") if found else None
+
+    def cache_block(self, metrics_text: Callable[[], str | None]) -> tuple[int | None, str]:
+        """Its prefix cache holds whole blocks only: the cache_config_info gauge's block_size (16 tokens by default
+        on GPUs, 128 on the CPU build of vLLM 0.32), so of a prompt sent before only its whole blocks are served."""
+        line = next((x for x in (metrics_text() or "").splitlines() if x.startswith("vllm:cache_config_info{")), "")
+        size = dict(re.findall(r'(\w+)="([^"]*)"', line)).get("block_size", "")
+        if not size.isdigit():
+            return None, "vLLM's /metrics gives no cache_config_info block_size"
+        return int(size), "vLLM's /metrics cache_config_info block_size"
 
     def facts(self, ask: Post, model_entry: dict) -> dict:
         answer = ask("/version", None)

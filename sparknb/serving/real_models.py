@@ -18,7 +18,9 @@ A fourth, `smollm2-tools`, for tool calls: SmolLM2's own GGUF template renders n
 with --jinja reports `supports_tools: False` in /props and drops a request's tools in silence), so this serving
 gives llama-server sparknb's own ChatML template with tools (templates/chatml-tools.jinja, the Hermes format:
 tools as JSON in the system turn, each call as JSON inside <tool_call></tool_call>, results inside
-<tool_response></tool_response>), which its --jinja chat parser turns back into `tool_calls`.
+<tool_response></tool_response>), which its --jinja chat parser turns back into `tool_calls`. On vLLM (the
+dequantized checkpoint) the same serving passes the template with vLLM's hermes parser (VLLM_TOOLS), so that
+`sparknb serve smollm2-tools` serves tools on either engine, from the one definition the tests start it by.
 """
 
 from __future__ import annotations
@@ -51,10 +53,12 @@ TEMPLATE = Path(__file__).parent / "templates" / "chatml-tools.jinja"  # sparknb
 TOOLS: dict[str, tuple[str, ...]] = {"smollm2-tools": ("--jinja", "--chat-template-file", str(TEMPLATE),
                                                        "--parallel", "2")}
 NAMES = (*SPECULATION, *TOOLS)
-# The same template on vLLM (`smollm2` there): its hermes parser reads the <tool_call> JSON back into `tool_calls`,
-# and only --enable-prompt-tokens-details makes its usage carry a request's cached tokens (vLLM 0.32's own flags).
+# The same template on vLLM: its hermes parser reads the <tool_call> JSON back into `tool_calls`, and only
+# --enable-prompt-tokens-details makes its usage carry a request's cached tokens (vLLM 0.32's own flags).
 VLLM_TOOLS = ("--chat-template", str(TEMPLATE), "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
               "--enable-prompt-tokens-details")
+# The servings vLLM's test bed has of the one file, with their options there (speculation is llama-server's only)
+VLLM_SERVINGS: dict[str, tuple[str, ...]] = {"smollm2": (), "smollm2-tools": VLLM_TOOLS}
 # 4 slots of 4,096 tokens: a 5-shot MMLU-Pro prompt and its answer fit one; the KV cache (f16, 30 layers of
 # 3 KV heads of 64) is 23 KiB per token, 368 MiB in all.
 PARALLEL, SLOT_CONTEXT = 4, 4096

@@ -86,19 +86,18 @@ def _served(name: str) -> str:
 
 
 def _vllm(name: str, port: int, extra_args: tuple[str, ...]) -> list[str]:
-    """vLLM's command: a tiny model's, or the real model's dequantized checkpoint (plain: its speculation is
-    llama-server's)."""
-    if check_vllm(name) == real_models.SERVED:
-        return dequantized.server_command(port, extra_args)
+    """vLLM's command: a tiny model's, or the real model's dequantized checkpoint with its serving's options
+    (smollm2-tools: the tool template and parser, real_models.VLLM_SERVINGS)."""
+    if check_vllm(name) in real_models.VLLM_SERVINGS:
+        return dequantized.server_command(port, (*real_models.VLLM_SERVINGS[name], *extra_args))
     return tiny_models.server_command(name, port, extra_args)
 
 
 def check_vllm(name: str) -> str:
     """The name, if vLLM's test bed serves it: the real model's speculative servings are llama-server's only."""
-    if name in real_models.NAMES and name != real_models.SERVED:
-        raise LifecycleError(f"{name} is served by llama-server only (its speculation or tool template is "
-                             f"llama-server's): use engine llama.cpp, or {real_models.SERVED} for the same weights on "
-                             "vLLM")
+    if name in real_models.NAMES and name not in real_models.VLLM_SERVINGS:
+        raise LifecycleError(f"{name} is served by llama-server only (its speculation is llama-server's): use "
+                             f"engine llama.cpp, or {real_models.SERVED} for the same weights on vLLM")
     return name
 
 

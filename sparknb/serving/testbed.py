@@ -66,7 +66,7 @@ def params_name(name: str, engine: str) -> str:
     """The params file of a test-bed model on an engine: tiny-dense, tiny-dense-llamacpp, smollm2-vllm, ..."""
     if engine == "llama.cpp":
         return f"{name}-llamacpp"
-    return f"{name}-vllm" if check_vllm(name) == real_models.SERVED else name
+    return f"{name}-vllm" if check_vllm(name) in real_models.VLLM_SERVINGS else name
 
 
 def serving_args(name: str, engine: str, slots: int | None = None, prompt_cache: bool = True) -> tuple[str, ...]:

@@ -1,10 +1,11 @@
 """The agent study's tables, from its records alone: one row a step, one row a session.
 
 A step's prompt splits by the server's own per-request count into the tokens it served from its prefix cache and
-the tokens it prefilled; of those, the ones the previous request of the session had already sent (its prompt)
-should have been cached. A session's wait on the model is the sum of its requests' times (sending to the last
-byte), split into prefill of new tokens, prefill the cache should have saved (the server's prefill time, shared out
-by tokens) and the rest (decode, and anything the server does not time); tool time is apart.
+the tokens it prefilled; of those, the ones the previous request of the session had already sent (its prompt, in
+the whole blocks the server's cache keeps: measure.cache_block) should have been cached. A session's wait on the
+model is the sum of its requests' times (sending to the last byte), split into prefill of new tokens, prefill the
+cache should have saved (the server's prefill time, shared out by tokens) and the rest (decode, and anything the
+server does not time); tool time is apart.
 """
 
 from __future__ import annotations
@@ -38,12 +39,12 @@ def first_level(records: list[dict]) -> list[dict]:
 
 def step_table(records: list[dict]) -> pd.DataFrame:
     """One row a step answered (errors apart), in the order sent; a sweep's at its lowest level."""
-    rows, before = [], {}
+    rows, before, block = [], {}, cache_block(records)
     for r in first_level(records):
         if r.get("kind") != "step" or "error" in r:
             continue
         prior = before.get(r["session"])
-        rows.append(_step(r, prior, _ms))
+        rows.append(_step(r, prior, _ms, block))
         before[r["session"]] = r
     parsed = _parsed(first_level(records))
     df = pd.DataFrame(rows, columns=STEP_COLUMNS[:-3] + ["total_s"]) if rows else pd.DataFrame(columns=STEP_COLUMNS)
@@ -54,11 +55,25 @@ def step_table(records: list[dict]) -> pd.DataFrame:
     return df[STEP_COLUMNS]
 
 
+def cache_block(records: list[dict]) -> int | None:
+    """The tokens a block of the server's prefix cache holds, as the run recorded it (1: no blocks); None unknown."""
+    return next((r.get("cache_block") for r in records if r.get("kind") == "drawn"), None)
+
+
+def should_cache(new: int | None, sent_before: int | None, cached: int | None, block: int | None) -> int | None:
+    """The prefilled tokens the cache could have served: of the prompt sent before, its whole blocks only (vLLM
+    served 1,024 of 1,074 tokens sent before, in blocks of 128: counted by the token, 50 too many), every token on
+    llama-server (a block of 1); unknown where the server does not say its blocks."""
+    if new is None or sent_before is None or (sent_before and block is None):
+        return None
+    return max(0, min(new, sent_before // block * block - cached)) if sent_before else 0
+
+
 def _ms(value: float | None) -> float | None:
     return None if value is None else 1000 * value
 
 
-def _step(r: dict, prior: dict | None, ms) -> dict:
+def _step(r: dict, prior: dict | None, ms, block: int | None) -> dict:
     per = (r.get("server") or {}).get("per_request") or {}
     prompt, cached = r.get("prompt_tokens"), r.get("cached_tokens")
     sent_before = prior.get("prompt_tokens") if prior else 0
@@ -66,8 +81,7 @@ def _step(r: dict, prior: dict | None, ms) -> dict:
     return {"session": r["session"], "turn": r["turn"], "step": r["step"], "ttft_ms": ms(r.get("ttft_s")),
             "tool_call_ms": ms(r.get("tool_call_s")), "content_ms": ms(r.get("content_s")), "prompt_tokens": prompt,
             "cached_tokens": cached, "cached_share": cached / prompt if prompt and cached is not None else None,
-            "sent_before": sent_before,
-            "should_cache": None if new is None or sent_before is None else max(0, min(new, sent_before - cached)),
+            "sent_before": sent_before, "should_cache": should_cache(new, sent_before, cached, block),
             "prefill_ms": ms(per.get("prefill_s")), "decode_tok_s": r.get("decode_tokens_per_s"),
             "output_tokens": r.get("completion_tokens"), "reasoning_tokens": r.get("reasoning_tokens"),
             "finish": r.get("finish_reason"), "total_s": r.get("total_s")}
@@ -94,10 +108,11 @@ def _session(session: str, s: pd.DataFrame, tool_s: float) -> dict:
     new = (s["prompt_tokens"] - s["cached_tokens"]).astype(float)
     share = (s["should_cache"].astype(float) / new).where(new > 0, 0.0)
     wait = float(s["total_s"].sum())
-    saved, known = float((prefill * share).sum()), bool(prefill.notna().all() and s["cached_tokens"].notna().all())
+    known = bool(prefill.notna().all() and s["cached_tokens"].notna().all())
+    split = known and bool(s["should_cache"].notna().all())  # the server's blocks unknown: the split is too
     return {"session": session, "steps": len(s), "wait_s": wait,
-            "prefill_new_s": float((prefill * (1 - share)).sum()) if known else None,
-            "prefill_lost_s": saved if known else None,
+            "prefill_new_s": float((prefill * (1 - share)).sum()) if split else None,
+            "prefill_lost_s": float((prefill * share).sum()) if split else None,
             "decode_and_rest_s": wait - float(prefill.sum()) if known else None, "tool_s": tool_s,
             "prompt_tokens": int(s["prompt_tokens"].sum()),
             "cached_tokens": int(s["cached_tokens"].sum()) if known else None,

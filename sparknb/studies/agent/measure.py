@@ -27,6 +27,7 @@ from collections.abc import Callable
 from ...endpoint import keepup, stream
 from ...errors import EndpointError, ParamsError
 from .capacity import at_level, boundary, check, judge, next_level
+from .figures import cache_block as recorded_block
 from .plan import Plan
 from .sessions import Replay, Session
 from .work import Work, judged, prepare
@@ -44,7 +45,8 @@ def measure(study, work: Work | Plan) -> list[dict]:
         for r in work.kept() + work.reused:
             study.run.record({**r, "resumed_from": plan.resumed.id})
         runs = replays(plan, fields, study.run.record) if plan.replayed else lives(work, fields, study.run.record)
-        study.run.record({"kind": "drawn", "sessions": work.ids or [s.id for s in runs], "source": work.dataset})
+        study.run.record({"kind": "drawn", "sessions": work.ids or [s.id for s in runs], "source": work.dataset,
+                          **cache_block(study.endpoint)})
         if plan.mode == "native" and runs and not plan.replayed:
             probe_tools(study, runs[0].fields["tools"])
         if plan.searching or plan.levels:
@@ -59,6 +61,16 @@ def measure(study, work: Work | Plan) -> list[dict]:
         if not (plan.searching or plan.levels):
             diagnose(study, runs)
     return study.records()
+
+
+def cache_block(ep) -> dict:
+    """The blocks the server's prefix cache keeps a prompt in, as it says them (figures.should_cache counts in
+    them): vLLM served 1,024 of a 1,074-token prompt sent before, in blocks of 128; unknown where it does not say."""
+    try:
+        tokens, said = ep.engine.cache_block(ep.metrics_text)
+    except EndpointError as e:
+        tokens, said = None, f"its /metrics could not be read ({e})"
+    return {"cache_block": tokens, "cache_block_said": said}
 
 
 def lives(work: Work, fields: dict, record) -> list[Session]:
@@ -143,21 +155,26 @@ async def many(endpoint: stream.AsyncEndpoint, runs: list, in_flight: int, recor
 def diagnose(study, runs: list, level: int | None = None) -> None:
     """Each step that lost its cache: the previous request's prompt and this one's, rendered and tokenized by the
     server itself, and the first token where they differ (none: the server did not keep an unchanged prefix)."""
-    steps = [r for r in study.records() if r.get("kind") == "step" and "error" not in r and r.get("level") == level]
+    done = study.records()
+    block, steps = recorded_block(done), [r for r in done if r.get("kind") == "step" and "error" not in r
+                                          and r.get("level") == level]
     by_session: dict[str, list[dict]] = {}
     for r in steps:
         by_session.setdefault(r["session"], []).append(r)
     for session in runs:
         records = by_session.get(session.id, [])
         for before, after in zip(records, records[1:]):
-            if lost(before, after) and len(session.sent) == len(records):
+            if lost(before, after, block) and len(session.sent) == len(records):
                 found = where_it_broke(study.endpoint, session, records, before, after)
                 study.run.record(found | ({"level": level} if level is not None else {}))
 
 
-def lost(before: dict, after: dict) -> bool:
+def lost(before: dict, after: dict, block: int | None = 1) -> bool:
+    """Less than half of the prompt sent before served from the cache: of its whole blocks, where the server says
+    them (on vLLM's CPU build, blocks of 128, a prompt of 127 tokens is never cached); of every token where not."""
     cached, sent = after.get("cached_tokens"), before.get("prompt_tokens")
-    return cached is not None and bool(sent) and cached < LOST * sent
+    whole = sent // block * block if sent and block else sent
+    return cached is not None and bool(whole) and cached < LOST * whole
 
 
 def where_it_broke(ep, session, records: list[dict], before: dict, after: dict) -> dict:

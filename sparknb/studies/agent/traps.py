@@ -31,7 +31,7 @@ def findings(records: list[dict], engine_fix: str = "") -> list[Finding]:
     records = first_level(records)
     if not len(table):
         return [warning("No step was answered: there is nothing to measure.")] + levels
-    out = [summary(table, per_session)]
+    out = [summary(table, per_session)] + blocks(records)
     out += cache_lost(table, [r for r in records if r.get("kind") == "cache_check"])
     out += untimed(table, records) + cut(records) + in_content(records, engine_fix) + unseen(records)
     out += grades.findings(records) + problems.findings(records)
@@ -47,6 +47,21 @@ def summary(table: pd.DataFrame, per_session: pd.DataFrame) -> Finding:
     return info(f"{len(per_session)} sessions, {len(table)} steps: the agent waited {wait:.2f} s on the model per "
                 f"session (median){said}; TTFT {first:.0f} ms at a session's first step, "
                 f"{later['ttft_ms'].median():.0f} ms at steps 2+ (median).")
+
+
+def blocks(records: list[dict]) -> list[Finding]:
+    """How the prompt the cache should have kept is counted: in the server's blocks (none on llama-server), or
+    unknown where the server does not say them."""
+    drawn = next((r for r in records if r.get("kind") == "drawn"), {})
+    block, said = drawn.get("cache_block"), drawn.get("cache_block_said") or "the run did not record them"
+    if block == 1:
+        return []
+    if block is None:
+        return [info(f"THE PREFIX CACHE'S BLOCKS ARE UNKNOWN ({said}): of a prompt sent before, a server may serve "
+                     "again only whole blocks, so the tokens it should have served (should_cache) and the prefill "
+                     "they would have saved are unknown, not estimated.")]
+    return [info(f"The server's prefix cache keeps whole blocks of {block} tokens ({said}): of a prompt sent "
+                 f"before, should_cache counts its whole blocks only (up to {block - 1} tokens fewer than it sent).")]
 
 
 def cache_lost(table: pd.DataFrame, checks: list[dict]) -> list[Finding]:
