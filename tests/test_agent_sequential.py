@@ -9,6 +9,7 @@ the grading, the seals."""
 
 from __future__ import annotations
 
+import ast
 import json
 import threading
 
@@ -46,8 +47,12 @@ def _chosen() -> dict[str, tuple[str, list]]:
 
 
 def _writable(truth: list) -> bool:
+    """Every call's arguments named: BFCL's prompt-mode decoder (and so sparknb's) drops positional ones, so
+    `get_zipcode_based_on_city('San Francisco')` (multi_turn_base_69) would run without its city."""
+    calls = [ast.parse(call, mode="eval").body for turn in truth for call in turn]
     try:
-        return all(prompted("[" + ", ".join(turn) + "]") for turn in truth)
+        return all(isinstance(c, ast.Call) and not c.args for c in calls) and all(
+            prompted("[" + ", ".join(turn) + "]") for turn in truth)
     except ValueError:
         return False
 

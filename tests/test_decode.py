@@ -1,7 +1,9 @@
 """The decode sweep end to end: real papermill runs of the real notebook against real vLLM servers."""
 
+import contextlib
 import json
 import types
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -201,23 +203,29 @@ def test_a_model_the_server_does_not_serve_lists_what_it_serves(tiny_dense, tmp_
         start("decode", model=str(path), settings={}, endpoint=tiny_dense.url, outputs=str(tmp_path))
 
 
+@contextlib.contextmanager
+def _busy(http: httpx.Client, url: str, body: dict) -> Iterator[None]:
+    """A request generating until the block ends (closed then: vLLM aborts it). One for each guard's check: the
+    longest the context allows lasts only as long as the tiny model takes to decode it (it ended before a second
+    start on a quiet box, and that start's guard found the server idle)."""
+    with http.stream("POST", f"{url}/completions", json=body) as stream:
+        lines = stream.iter_lines()  # kept: a reader dropped closes the response, and vLLM aborts the request
+        next(line for line in lines if line.startswith("data:"))  # generating now
+        yield
+
+
 @pytest.mark.server
 def test_the_guard_refuses_while_the_server_is_busy(tmp_path, tiny_dense, dense_key):
-    # A request held open until the guard has answered: as long as the context allows, read chunk by
-    # chunk, and closed (vLLM then aborts it) only after the guard's verdict, so it cannot end first.
     busy = Endpoint(tiny_dense.url, "tiny-dense", api_key=dense_key)
     prompt = PromptMaker(busy.tokenize).make(32)
     body = {"model": "tiny-dense", "prompt": prompt, "max_tokens": 16384 - 64, "ignore_eos": True, "stream": True}
     with httpx.Client(headers={"Authorization": f"Bearer {dense_key}"}, timeout=60) as http:
-        with http.stream("POST", f"{tiny_dense.url}/completions", json=body) as stream:
-            lines = stream.iter_lines()
-            next(line for line in lines if line.startswith("data:"))  # generating now
-            with pytest.raises(GuardError, match="1 request running"):
-                start("decode", model="tiny-dense", settings={}, endpoint=tiny_dense.url, outputs=str(tmp_path))
-            assert not (tmp_path / "decode").exists()
+        with _busy(http, tiny_dense.url, body), pytest.raises(GuardError, match="1 request running"):
+            start("decode", model="tiny-dense", settings={}, endpoint=tiny_dense.url, outputs=str(tmp_path))
+        assert not (tmp_path / "decode").exists()
+        with _busy(http, tiny_dense.url, body):
             study = start("decode", model="tiny-dense", settings={}, endpoint=tiny_dense.url, outputs=str(tmp_path),
                           force=True)
-            assert next(line for line in lines if line.startswith("data:")) != "data: [DONE]"  # still busy
     try:
         params = json.loads((study.run.path / "params.json").read_text())
         assert params["guard"]["forced"] is True and "1 request running" in params["guard"]["findings"][0]
