@@ -26,6 +26,7 @@ import argparse
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -36,7 +37,7 @@ from sparknb.runs.study import start  # noqa: E402
 from sparknb.serving import testbed  # noqa: E402
 from sparknb.serving.processes import free_port  # noqa: E402
 from sparknb.studies.agent import plan as agent_plan  # noqa: E402
-from sparknb.studies.agent.measure import many, one  # noqa: E402
+from sparknb.studies.agent.measure import many, one, replays  # noqa: E402
 from sparknb.studies.agent.sessions import Replay, Session  # noqa: E402
 
 
@@ -89,15 +90,17 @@ def cost(model: str, url: str, sessions, in_flight: int) -> dict:
 
 
 def replayed(run, count: int):
-    """The live run's sessions replayed, as many as `count` (at least all of them): beyond the run's own, its
-    sessions again from the first (the client's work per step does not depend on what the server's cache holds)."""
-    openings = [r for r in run.records if r.get("kind") == "session"]
-    own = {o["session"]: [r for r in run.records if r.get("session") == o["session"] and r.get("kind") in
-                          ("step", "tools")] for o in openings}
-    chosen = (openings * count)[:max(count, len(openings))]
+    """The live run's sessions replayed (measure.replays), as many as `count` (at least all of them): beyond the
+    run's own, its sessions again from the first (the client's work per step does not depend on what the server's
+    cache holds)."""
+    plan = types.SimpleNamespace(replayed=run)  # all that replays reads of a plan
 
     def sessions(record) -> list[Replay]:
-        return [Replay(o, own[o["session"]], {"temperature": 0.0}, record) for o in chosen]
+        made = replays(plan, {"temperature": 0.0}, record)
+        own = len(made)
+        while len(made) < count:
+            made += replays(plan, {"temperature": 0.0}, record)
+        return made[:max(count, own)]
     return sessions
 
 

@@ -24,6 +24,7 @@ import argparse
 import statistics
 import sys
 import time
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -31,13 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sparknb.endpoint.client import Endpoint  # noqa: E402
 from sparknb.runs.run import read_past  # noqa: E402
 from sparknb.studies.agent.measure import replays  # noqa: E402
-
-
-class _Plan:
-    """What `replays` reads of a plan: the sealed live run."""
-
-    def __init__(self, run):
-        self.replayed = run
 
 
 def gap_ms(c) -> float | None:
@@ -103,7 +97,8 @@ def main() -> None:
     run = read_past(args.run, "agent", what="--run", outputs=args.outputs)[0]
     ep = Endpoint(args.url, args.model, timeout=600)
     ep.info()
-    sessions = replays(_Plan(run), {"temperature": 0.0}, lambda r: None)[:args.sessions or None]
+    plan = types.SimpleNamespace(replayed=run)  # all that replays reads of a plan
+    sessions = replays(plan, {"temperature": 0.0}, lambda r: None)[:args.sessions or None]
     show([row for session in sessions for row in steps(ep, session)])
 
 

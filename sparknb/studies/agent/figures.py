@@ -2,7 +2,7 @@
 
 A step's prompt splits by the server's own per-request count into the tokens it served from its prefix cache and
 the tokens it prefilled; of those, the ones the previous request of the session had already sent (its prompt, in
-the whole blocks the server's cache keeps: measure.cache_block) should have been cached. A session's wait on the
+the whole blocks the server's cache keeps: measure.blocks_said) should have been cached. A session's wait on the
 model is the sum of its requests' times (sending to the last byte), split into prefill of new tokens, prefill the
 cache should have saved (the server's prefill time, shared out by tokens) and the rest (decode, and anything the
 server does not time); tool time is apart.
@@ -66,7 +66,12 @@ def should_cache(new: int | None, sent_before: int | None, cached: int | None, b
     llama-server (a block of 1); unknown where the server does not say its blocks."""
     if new is None or sent_before is None or (sent_before and block is None):
         return None
-    return max(0, min(new, sent_before // block * block - cached)) if sent_before else 0
+    return max(0, min(new, whole_blocks(sent_before, block) - cached)) if sent_before else 0
+
+
+def whole_blocks(tokens: int, block: int) -> int:
+    """Of the tokens sent before, those in whole blocks of the server's prefix cache: the most it can serve again."""
+    return tokens // block * block
 
 
 def _ms(value: float | None) -> float | None:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from ...endpoint import keepup, stream
 from ...errors import EndpointError, ParamsError
 from .capacity import at_level, boundary, check, judge, next_level
-from .figures import cache_block as recorded_block
+from .figures import cache_block, whole_blocks
 from .plan import Plan
 from .sessions import Replay, Session
 from .work import Work, judged, prepare
@@ -46,7 +46,7 @@ def measure(study, work: Work | Plan) -> list[dict]:
             study.run.record({**r, "resumed_from": plan.resumed.id})
         runs = replays(plan, fields, study.run.record) if plan.replayed else lives(work, fields, study.run.record)
         study.run.record({"kind": "drawn", "sessions": work.ids or [s.id for s in runs], "source": work.dataset,
-                          **cache_block(study.endpoint)})
+                          **blocks_said(study.endpoint)})
         if plan.mode == "native" and runs and not plan.replayed:
             probe_tools(study, runs[0].fields["tools"])
         if plan.searching or plan.levels:
@@ -63,7 +63,7 @@ def measure(study, work: Work | Plan) -> list[dict]:
     return study.records()
 
 
-def cache_block(ep) -> dict:
+def blocks_said(ep) -> dict:
     """The blocks the server's prefix cache keeps a prompt in, as it says them (figures.should_cache counts in
     them): vLLM served 1,024 of a 1,074-token prompt sent before, in blocks of 128; unknown where it does not say."""
     try:
@@ -156,7 +156,7 @@ def diagnose(study, runs: list, level: int | None = None) -> None:
     """Each step that lost its cache: the previous request's prompt and this one's, rendered and tokenized by the
     server itself, and the first token where they differ (none: the server did not keep an unchanged prefix)."""
     done = study.records()
-    block, steps = recorded_block(done), [r for r in done if r.get("kind") == "step" and "error" not in r
+    block, steps = cache_block(done), [r for r in done if r.get("kind") == "step" and "error" not in r
                                           and r.get("level") == level]
     by_session: dict[str, list[dict]] = {}
     for r in steps:
@@ -173,7 +173,7 @@ def lost(before: dict, after: dict, block: int | None = 1) -> bool:
     """Less than half of the prompt sent before served from the cache: of its whole blocks, where the server says
     them (on vLLM's CPU build, blocks of 128, a prompt of 127 tokens is never cached); of every token where not."""
     cached, sent = after.get("cached_tokens"), before.get("prompt_tokens")
-    whole = sent // block * block if sent and block else sent
+    whole = whole_blocks(sent, block) if sent and block else sent
     return cached is not None and bool(whole) and cached < LOST * whole
 
 
