@@ -15,6 +15,7 @@ from support import FakeHandler, free_port, outputs_text, run_notebook, serve
 
 from sparknb import engines
 from sparknb.endpoint.client import Endpoint
+from sparknb.endpoint.keepup import LAG_LIMIT_S
 from sparknb.endpoint.prompts import PromptMaker
 from sparknb.errors import CacheHitError, EndpointError
 from sparknb.runs.run import read_records, verify
@@ -135,13 +136,21 @@ def test_mtp_reads_the_draft_models_counts_from_llama_server(tiny_moe_llama, tmp
 
 
 def test_load_on_llama_server_checks_each_level_against_its_own_counts(tiny_dense_llama, tmp_path):
-    _, folder = run_notebook("load", tmp_path, {"model": DENSE, "endpoint": tiny_dense_llama.url,
-                                                "concurrency": [1, 4], "requests_per_level": 12,
-                                                "prompt_tokens": 256, "output_tokens": 96})
-    levels = [r for r in read_records(folder) if r.get("kind") == "level"]
-    assert [lv["level"] for lv in levels] == [1, 4]
-    assert all(lv["server"]["generated_tokens"] == lv["sent"] * 96 for lv in levels)  # llamacpp:tokens_predicted
-    text = " ".join(_findings(folder))
+    for _ in range(3):  # again only where sparknb itself found the client late at every level (below)
+        _, folder = run_notebook("load", tmp_path, {
+            "model": DENSE, "endpoint": tiny_dense_llama.url, "concurrency": [1, 4], "requests_per_level": 12,
+            "prompt_tokens": 256, "output_tokens": 96})
+        levels = [r for r in read_records(folder) if r.get("kind") == "level"]
+        assert [lv["level"] for lv in levels] == [1, 4]
+        assert all(lv["server"]["generated_tokens"] == lv["sent"] * 96 for lv in levels)  # llamacpp:tokens_predicted
+        text = " ".join(_findings(folder))
+        late = [lv for lv in levels if lv["client"]["lags_s"]["p99"] > LAG_LIMIT_S]
+        if len(late) < len(levels):
+            break
+        # The machine stalled the client's loop at every level (7.1 ms p99 on a busy 2-core CI machine), and
+        # llama-server keeps no end-to-end time to clear it: each level is the client's, said as such, and measured
+        # again. The counts above hold either way.
+        assert text.count("the client could not keep up (its event loop woke") == len(levels)
     assert "decode time within" in text and "all requests within" in text
 
 
