@@ -14,8 +14,6 @@ from sparknb.endpoint.client import Endpoint, EndpointError
 from sparknb.endpoint.prompts import PromptMaker
 from sparknb.errors import DataError, GuardError, ParamsError
 from sparknb.roofline import bandwidth
-from sparknb.runs import execute
-from sparknb.runs.execute import ExecuteError
 from sparknb.runs.params import load_hardware, load_model, project_root
 from sparknb.runs.run import read_records, verify
 from sparknb.runs.schedule import schedule
@@ -339,52 +337,6 @@ def test_a_speculative_model_without_counters_has_no_limit_and_says_so():
     assert table.loc[111, "limit tok/s"] is None and table.loc[111, "tokens/step"] is None
     text = "\n".join(map(str, decode.findings(df, table, study.limit, "gb10")))
     assert "tokens per step are unknown" in text
-
-
-@pytest.mark.server
-def test_a_server_killed_mid_sweep_leaves_a_sealed_run_marked_failed_halfway(tmp_path):
-    import os
-    import signal
-    import threading
-
-    from support import free_port
-
-    from sparknb.serving import testbed
-
-    server = testbed.start("tiny-moe", free_port(), log_path=tmp_path / "server.log")
-    outputs = tmp_path / "outputs" / "decode"
-
-    def kill_after_three_records() -> None:
-        while True:
-            files = list(outputs.glob("*/records.jsonl"))
-            if files and len(files[0].read_text().splitlines()) >= 3:
-                os.killpg(server.pid, signal.SIGKILL)
-                return
-            threading.Event().wait(0.05)
-
-    killer = threading.Thread(target=kill_after_three_records, daemon=True)
-    killer.start()
-    try:  # as a user runs it, so that the run gets its report
-        with pytest.raises(ExecuteError, match="decode failed halfway"):
-            execute.run_notebook("decode", {"model": "tiny-moe", "endpoint": server.url,
-                                            "prompt_lengths": [64, 128, 256], "repetitions": 3, "warmup": 0,
-                                            "output_tokens": 48}, tmp_path / "outputs")
-    finally:
-        killer.join(timeout=5)
-        server.stop()
-    (folder,) = outputs.iterdir()
-    records = read_records(folder)
-    kept = [r for r in records if "error" not in r]
-    assert len(kept) >= 3
-    failure = json.loads((folder / "failure.json").read_text())
-    assert failure["failed_halfway"] and failure["reason"]
-    assert not (folder / "summary.json").exists()
-    assert verify(folder) == []
-    # The report shows what was measured and the failure in one plain sentence, not a traceback.
-    report = (folder / "report.html").read_text()
-    assert "This run failed halfway" in report and f"It kept {len(records)} record(s)" in report
-    assert "Traceback" not in report and "PapermillExecutionError" not in report
-    assert report.count("<tr>") >= len(records) + 1  # a row per record kept, and the header
 
 
 def test_the_order_is_grouped_as_before_or_shuffled_with_warmups_first_and_a_recorded_seed():

@@ -249,10 +249,13 @@ def server_requests(url: str) -> float:
 
 @needs_shared
 @pytest.mark.server
+@pytest.mark.llamacpp
 def test_a_server_killed_mid_run_keeps_every_answer_and_resume_asks_only_the_rest(tmp_path, tiny_dense):
     params = {"dataset": str(SHARED), "per_category": 2, "max_tokens": 64, "concurrency": 2}
     work = m.prepare(m.Plan.build(**params), "tiny-dense")
-    server = testbed.start("tiny-dense", free_port(), log_path=tmp_path / "first.log")
+    # The server killed is a llama-server of the same model (started in a second, where vLLM takes a minute): what
+    # is kept and resumed is the study's, whatever the engine.
+    server = testbed.start("tiny-dense", free_port(), engine="llama.cpp", log_path=tmp_path / "first.log")
     study = None
     on_disk_at_kill = []
 

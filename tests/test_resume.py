@@ -4,6 +4,7 @@ llama-server test bed (tiny-dense), which starts in a second where vLLM's CPU bu
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -80,8 +81,17 @@ def resumed(tmp_path, notebook: str, params: dict, first) -> tuple[list[dict], f
 @pytest.mark.llamacpp
 def test_a_killed_decode_run_is_finished_by_resume_from(tmp_path):
     first = killed_halfway(tmp_path, "decode", DECODE, 3)
-    done = {(r["prompt_length"], r["rep"]) for r in read_records(first) if "error" not in r}
+    kept = read_records(first)
+    done = {(r["prompt_length"], r["rep"]) for r in kept if "error" not in r}
     assert 3 <= len(done) < 8
+    failure = json.loads((first / "failure.json").read_text())
+    assert failure["failed_halfway"] and failure["reason"] and not (first / "summary.json").exists()
+    assert verify(first) == []  # sealed as it stood
+    # The report shows what was measured and the failure in one plain sentence, not a traceback.
+    report = (first / "report.html").read_text()
+    assert "This run failed halfway" in report and f"It kept {len(kept)} record(s)" in report
+    assert "Traceback" not in report and "PapermillExecutionError" not in report
+    assert report.count("<tr>") >= len(kept) + 1  # a row per record kept, and the header
     other = decode.Plan.build(**{k: v for k, v in DECODE.items() if k != "model"} | {"output_tokens": 32},
                               resume_from=first.name, outputs=str(tmp_path / "outputs"))
     with pytest.raises(DataError, match="output_tokens: 48 there, 32 here"):  # as the notebook asks, before start()
