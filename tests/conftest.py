@@ -1,7 +1,7 @@
 """Session fixtures: the two tiny models, served by the real vLLM CPU server on 127.0.0.1, and by llama.cpp's llama-server.
 
-Each server is started only if some collected test asks for it, one after the other, since two
-first compiles at once can race in vLLM's compile cache. A broken vLLM makes the fixture fail.
+Each server is started only if some collected test asks for it, side by side (each vLLM model compiles into a
+cache of its own). A broken vLLM makes the fixture fail.
 Without vLLM installed at all, the unit tests still run and every server test is skipped, saying
 why, unless SPARKNB_REQUIRE_SERVERS=1 (as in CI): then the server tests fail instead. The same holds
 for the llama.cpp fixtures (tiny_dense_llama, tiny_moe_llama) without a llama-server binary.
@@ -13,14 +13,19 @@ import contextlib
 import importlib.util
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from sparknb.errors import BuildError, SparknbError
+from sparknb.errors import BuildError, ServerError, SparknbError
 from sparknb.runs import signing
-from sparknb.serving import llama_server, real_models, testbed
+from sparknb.serving import lifecycle, llama_server, real_models, testbed
 
 # Not a secret: it only guards the throw-away test server from the test that checks the guard.
 TEST_API_KEY = "sk-sparknb-test-3f9c2a7e51d04b86"
@@ -52,10 +57,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that uses a server fixture is a server test, marked or not, so `-m "not server"` leaves it out."""
+    """A test that uses a server fixture is a server test, marked or not, so `-m "not server"` leaves it out.
+    The tests without a server run first, beside the demo (see _demo_beside), then the demo's checks, then the
+    server tests, one at a time as before."""
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("server"):
             item.add_marker(pytest.mark.server)
+    items.sort(key=_phase)
+
+
+DEMO_MODULE = "test_demo.py"
+
+
+def _phase(item: pytest.Item) -> int:
+    if item.path.name == DEMO_MODULE:
+        return 1
+    return 2 if item.get_closest_marker("server") or item.get_closest_marker("llamacpp") else 0
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -122,22 +139,90 @@ def _own_config(_own_config_session: None, tmp_path_factory: pytest.TempPathFact
     monkeypatch.delenv("SPARKNB_SIGNING_KEY", raising=False)
 
 
+class Beside:
+    """A command started with the session and left to run beside the tests without servers: `make demo`'s job
+    keeps one core busy (llama-server computes on one thread) for about eight minutes, and those tests, as long,
+    take the other. Its output goes to files, and a thread notes the moment it ends, for its test to read."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], folder: Path) -> None:
+        self.stdout, self.stderr, self.t0, self.t1 = folder / "stdout", folder / "stderr", time.monotonic(), None
+        with self.stdout.open("w") as out, self.stderr.open("w") as err:
+            self.process = subprocess.Popen(argv, stdout=out, stderr=err, env=env, start_new_session=True)
+        self._waiter = threading.Thread(target=self._wait, daemon=True)
+        self._waiter.start()
+
+    def _wait(self) -> None:
+        self.process.wait()
+        self.t1 = time.monotonic()
+
+    def result(self, timeout_s: float) -> tuple[int | None, str, str, float]:
+        """Its exit code (None where it had not ended within `timeout_s` of its start), stdout, stderr, minutes."""
+        self._waiter.join(max(0.0, self.t0 + timeout_s - time.monotonic()))
+        minutes = ((self.t1 or time.monotonic()) - self.t0) / 60
+        return self.process.returncode, self.stdout.read_text(), self.stderr.read_text(), minutes
+
+    def stop(self) -> None:
+        """Ctrl-C, as a user stops it (the campaign then stops the servers it started); killed after a minute."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _demo_beside(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                 _own_config_session: None, _own_run_lock: None) -> Iterator[Beside | None]:
+    """`python -m sparknb demo`, started with the session where test_demo.py is collected (and can run), with a
+    run lock and a ledger of its own and the suite's key: its test waits for it after the tests without a server."""
+    wanted = any(item.path.name == DEMO_MODULE for item in request.session.items)
+    if not wanted or llama_server.find() is None or importlib.util.find_spec("gguf") is None:
+        yield None  # test_demo's own setup skips it, or fails it where servers are required, saying why
+        return
+    folder = tmp_path_factory.mktemp("demo")
+    config = folder / "config"
+    shutil.copytree(signing.config_dir(), config)
+    env = os.environ | {"SPARKNB_CONFIG_DIR": str(config), "SPARKNB_LOCK_FILE": str(folder / "run.lock")}
+    demo = Beside([sys.executable, "-m", "sparknb", "demo", "--outputs", str(folder / "outputs")], env, folder)
+    try:
+        yield demo
+    finally:
+        demo.stop()
+
+
 @contextlib.contextmanager
 def _wanted_servers(request: pytest.FixtureRequest, logs: Path, table: dict, **options) -> Iterator[dict]:
-    """Start every server of `table` that some collected test needs, and stop them at the end."""
+    """Start every server of `table` that some collected test needs, side by side (each vLLM model compiles into a
+    cache of its own), and stop them at the end. Each is launched from this thread: a server dies with the thread
+    that started it (PR_SET_PDEATHSIG), and a pool's threads end."""
     wanted = {fixture for item in request.session.items for fixture in item.fixturenames}
-    launched: dict[str, testbed.Server] = {}
+    launched: dict[str, testbed.Server] = {}  # and those _ready launches later
     try:
         for name, (fixture, port, key) in table.items():
             if fixture in wanted:
                 port = testbed.pick_port(port)
-                # One after the other: two first compiles at once can race in vLLM's compile cache.
-                launched[name] = testbed.start(name, port, api_key=key, log_path=logs / f"{name}-{port}.log",
-                                               **options)
+                launched[name] = testbed.launch(name, port, api_key=key, log_path=logs / f"{name}-{port}.log",
+                                                **options)
+        for name, server in launched.items():
+            launched[name] = _waited(server, name, table[name][2], **options)
         yield launched
     finally:
         for server in launched.values():
             server.stop()
+
+
+def _waited(server: testbed.Server, name: str, key: str | None, **options) -> testbed.Server:
+    """Ready, or started once more where its vLLM compile cache was broken (what testbed.start does)."""
+    try:
+        return server.wait_ready()
+    except ServerError as e:
+        if not any(sign in str(e) + server.log_tail(400) for sign in lifecycle.BROKEN_CACHE):
+            raise
+        server.stop()
+        return testbed.start(name, server.port, api_key=key, log_path=server.log_path.with_suffix(".again.log"),
+                             **options)
 
 
 def _ready(servers: dict, name: str, table: dict, **options) -> testbed.Server:
