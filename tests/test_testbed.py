@@ -129,7 +129,8 @@ def test_failed_start_reports_log_and_leaves_no_process(tmp_path):
 
 
 def test_stop_of_a_ready_server_leaves_no_process(tmp_path):
-    with testbed.start("tiny-dense", free_port(), log_path=tmp_path / "ready.log") as server:
+    # -O0: no torch.compile (about 15 s of a warm start here); the process tree to stop is the same
+    with testbed.start("tiny-dense", free_port(), log_path=tmp_path / "ready.log", extra_args=("-O0",)) as server:
         assert _get(f"{server.url}/models")[0] == 200
         assert len(group_members(server.pid)) >= 3  # API server, engine core, worker
         t0 = time.monotonic()
