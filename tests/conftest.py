@@ -35,6 +35,7 @@ API_KEY_ENV = "SPARKNB_API_KEY"  # the variable params/models/tiny-dense.yaml na
 SERVERS = {
     "tiny-dense": ("tiny_dense", 8101, TEST_API_KEY),
     "tiny-moe": ("tiny_moe", 8102, None),
+    "smollm2-tools": ("smollm2_tools_vllm", 8137, None),  # the real model, as `sparknb serve ... --engine vllm` serves it
 }
 # The same two models on llama.cpp's llama-server: name -> (fixture name, preferred port, api key)
 LLAMA_SERVERS = {
@@ -67,12 +68,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 DEMO_MODULE = "test_demo.py"
+# A real Ray cluster starts a dozen processes: beside the demo its join test took 67 s, alone 36 s.
+WITH_THE_SERVER_TESTS = {"test_cluster.py"}
 
 
 def _phase(item: pytest.Item) -> int:
     if item.path.name == DEMO_MODULE:
         return 1
-    return 2 if item.get_closest_marker("server") or item.get_closest_marker("llamacpp") else 0
+    server = item.get_closest_marker("server") or item.get_closest_marker("llamacpp")
+    return 2 if server or item.path.name in WITH_THE_SERVER_TESTS else 0
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -203,8 +207,9 @@ def _wanted_servers(request: pytest.FixtureRequest, logs: Path, table: dict, **o
         for name, (fixture, port, key) in table.items():
             if fixture in wanted:
                 port = testbed.pick_port(port)
-                launched[name] = testbed.launch(name, port, api_key=key, log_path=logs / f"{name}-{port}.log",
-                                                **options)
+                with contextlib.suppress(BuildError):  # the real model not fetched: its fixture says why
+                    launched[name] = testbed.launch(name, port, api_key=key, log_path=logs / f"{name}-{port}.log",
+                                                    **options)
         for name, server in launched.items():
             launched[name] = _waited(server, name, table[name][2], **options)
         yield launched
@@ -271,6 +276,19 @@ def tiny_dense(_testbed_servers: dict) -> Iterator[testbed.Server]:
 def tiny_moe(_testbed_servers: dict) -> testbed.Server:
     """tiny-moe with n-gram speculative decoding, no API key."""
     return _ready(_testbed_servers, "tiny-moe", SERVERS)
+
+
+@pytest.fixture(scope="session")
+def smollm2_tools_vllm(_testbed_servers: dict) -> testbed.Server:
+    """SmolLM2-135M on vLLM with sparknb's tool template, its parser and the cached counts, as `sparknb serve
+    smollm2-tools --engine vllm` serves it: its first start writes the checkpoint and compiles (two minutes on 2 cores,
+    mostly one), so it starts beside the tiny models."""
+    try:
+        return _ready(_testbed_servers, "smollm2-tools", SERVERS)
+    except BuildError as e:
+        if os.environ.get("SPARKNB_REQUIRE_SERVERS") == "1":
+            pytest.fail(f"the real model: {e}", pytrace=False)
+        pytest.skip(f"the real model: {e}")
 
 
 @pytest.fixture(scope="session")

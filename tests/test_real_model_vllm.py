@@ -1,9 +1,9 @@
 """The real model on both servers: SmolLM2-135M on vLLM's CPU build, from a checkpoint that transformers' GGUF reader
 wrote from the very GGUF llama-server serves (sparknb.serving.dequantized).
 
-One vLLM start (minutes the first time: the checkpoint is written and torch.compile runs) and a few short requests.
-vLLM serves `smollm2-tools` as `sparknb serve smollm2-tools` does: sparknb's tool template, its hermes tool-call parser
-and --enable-prompt-tokens-details (real_models.VLLM_SERVINGS), so the same start serves an agent session and BFCL
+One vLLM start, the session's (minutes the first time: the checkpoint is written and torch.compile runs), and a few
+short requests. vLLM serves `smollm2-tools` as `sparknb serve smollm2-tools` does: sparknb's tool template, its hermes
+tool-call parser and --enable-prompt-tokens-details (real_models.VLLM_SERVINGS), so the same start serves an agent session and BFCL
 items natively; its llama-server is the session's shared `smollm2_tools` (the same template), so both render a chat
 prompt alike.
 The two servers count a prompt alike but do not compute alike (float32 weights against llama.cpp's Q4_1 blocks
@@ -13,7 +13,6 @@ times 8-bit activations), so their greedy answers are not asserted equal: how fa
 from __future__ import annotations
 
 import json
-import os
 import re
 import statistics
 
@@ -36,15 +35,9 @@ QUESTIONS = ("What is the capital of France?", "Write a Python function that add
 
 
 @pytest.fixture(scope="module")
-def servers(smollm2_tools):
-    """vLLM and llama-server, each serving the real model with sparknb's tool template, for this module."""
-    why = _have_model()
-    if why:
-        if os.environ.get("SPARKNB_REQUIRE_SERVERS") == "1":
-            pytest.fail(why, pytrace=False)
-        pytest.skip(why)
-    with testbed.start("smollm2-tools", free_port(), engine="vllm") as vllm:  # the serving `sparknb serve` starts
-        yield vllm, smollm2_tools
+def servers(smollm2_tools_vllm, smollm2_tools):
+    """vLLM and llama-server, each serving the real model with sparknb's tool template: the session's two."""
+    return smollm2_tools_vllm, smollm2_tools
 
 
 def _chat(url: str, question: str) -> dict:
