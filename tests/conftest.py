@@ -23,9 +23,9 @@ from typing import Iterator
 
 import pytest
 
-from sparknb.errors import BuildError, ServerError, SparknbError
+from sparknb.errors import BuildError, SparknbError
 from sparknb.runs import signing
-from sparknb.serving import lifecycle, llama_server, real_models, testbed
+from sparknb.serving import llama_server, real_models, testbed
 
 # Not a secret: it only guards the throw-away test server from the test that checks the guard.
 TEST_API_KEY = "sk-sparknb-test-3f9c2a7e51d04b86"
@@ -135,12 +135,17 @@ def _own_config(_own_config_session: None, tmp_path_factory: pytest.TempPathFact
                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test its own ledger, and the suite's key: the suite is one box, so a session or module fixture's runs,
     sealed with that key, are this box's own (every reader refuses a run signed by a key it does not trust)."""
-    config = tmp_path_factory.mktemp("config")
+    monkeypatch.setenv("SPARKNB_CONFIG_DIR", str(_with_the_suites_key(tmp_path_factory.mktemp("config"))))
+    monkeypatch.delenv("SPARKNB_SIGNING_KEY", raising=False)
+
+
+def _with_the_suites_key(config: Path) -> Path:
+    """A config folder of its own (a ledger of its own) holding the suite's key, made by _own_config_session."""
+    config.mkdir(exist_ok=True)
     for name in ("signing_key", "signing_key.pub", "allowed_signers"):
         if (signing.config_dir() / name).is_file():
             shutil.copy2(signing.config_dir() / name, config / name)
-    monkeypatch.setenv("SPARKNB_CONFIG_DIR", str(config))
-    monkeypatch.delenv("SPARKNB_SIGNING_KEY", raising=False)
+    return config
 
 
 class Beside:
@@ -186,8 +191,7 @@ def _demo_beside(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         yield None  # test_demo's own setup skips it, or fails it where servers are required, saying why
         return
     folder = tmp_path_factory.mktemp("demo")
-    config = folder / "config"
-    shutil.copytree(signing.config_dir(), config)
+    config = _with_the_suites_key(folder / "config")
     env = os.environ | {"SPARKNB_CONFIG_DIR": str(config), "SPARKNB_LOCK_FILE": str(folder / "run.lock")}
     demo = Beside([sys.executable, "-m", "sparknb", "demo", "--outputs", str(folder / "outputs")], env, folder)
     try:
@@ -211,23 +215,12 @@ def _wanted_servers(request: pytest.FixtureRequest, logs: Path, table: dict, **o
                     launched[name] = testbed.launch(name, port, api_key=key, log_path=logs / f"{name}-{port}.log",
                                                     **options)
         for name, server in launched.items():
-            launched[name] = _waited(server, name, table[name][2], **options)
+            launched[name] = testbed.ready(server, name, server.port, api_key=table[name][2],
+                                           log_path=server.log_path, **options)
         yield launched
     finally:
         for server in launched.values():
             server.stop()
-
-
-def _waited(server: testbed.Server, name: str, key: str | None, **options) -> testbed.Server:
-    """Ready, or started once more where its vLLM compile cache was broken (what testbed.start does)."""
-    try:
-        return server.wait_ready()
-    except ServerError as e:
-        if not any(sign in str(e) + server.log_tail(400) for sign in lifecycle.BROKEN_CACHE):
-            raise
-        server.stop()
-        return testbed.start(name, server.port, api_key=key, log_path=server.log_path.with_suffix(".again.log"),
-                             **options)
 
 
 def _ready(servers: dict, name: str, table: dict, **options) -> testbed.Server:

@@ -23,8 +23,8 @@ from .targets import check_vllm, testbed_target
 from .tiny_models import NAMES, cache_root, checkpoint, compile_cache, parameter_counts
 from ..errors import LifecycleError, ServerError
 
-__all__ = ["HOST", "NAMES", "Server", "checkpoint", "launch", "parameter_counts", "pick_port", "serve_forever",
-           "start"]
+__all__ = ["HOST", "NAMES", "Server", "checkpoint", "launch", "parameter_counts", "pick_port", "ready",
+           "serve_forever", "start"]
 
 
 def launch(name: str, port: int, *, engine: str = "vllm", api_key: str | None = None, log_path: Path | None = None,
@@ -42,24 +42,23 @@ def launch(name: str, port: int, *, engine: str = "vllm", api_key: str | None = 
     return lifecycle.launch(target, Path(log_path))
 
 
-def start(name: str, port: int, *, engine: str = "vllm", api_key: str | None = None, log_path: Path | None = None,
-          timeout: float = 900, extra_args: Sequence[str] = (), cpus: str | None = None, prompt_cache: bool = False,
-          binary: str | os.PathLike | None = None) -> Server:
-    """Start and wait until it serves; a first vLLM start takes minutes (torch.compile), llama-server seconds.
+def start(name: str, port: int, **options) -> Server:
+    """Start and wait until it serves (see `ready`); a first vLLM start takes minutes (torch.compile), llama-server
+    seconds. `options` are launch's."""
+    return ready(launch(name, port, **options), name, port, **options)
 
-    If a vLLM model's compile cache turns out broken, it is cleared and the start tried once more.
-    """
-    for attempt in (1, 2):
-        server = launch(name, port, engine=engine, api_key=api_key, log_path=log_path, extra_args=extra_args,
-                        cpus=cpus, timeout=timeout, prompt_cache=prompt_cache, binary=binary)
-        try:
-            return server.wait_ready()
-        except ServerError as e:
-            if attempt == 2 or engine != "vllm" or not any(sign in str(e) + server.log_tail(400)
-                                                           for sign in lifecycle.BROKEN_CACHE):
-                raise
-            shutil.rmtree(compile_cache(name), ignore_errors=True)
-    raise AssertionError("unreachable")
+
+def ready(server: Server, name: str, port: int, **options) -> Server:
+    """A launched server, once it serves. Several can be launched first and waited for after, so that they start side
+    by side. If a vLLM model's compile cache turns out broken, it is cleared and the start tried once more."""
+    try:
+        return server.wait_ready()
+    except ServerError as e:
+        if options.get("engine", "vllm") != "vllm" or not any(sign in str(e) + server.log_tail(400)
+                                                              for sign in lifecycle.BROKEN_CACHE):
+            raise
+        shutil.rmtree(compile_cache(name), ignore_errors=True)
+        return launch(name, port, **options).wait_ready()
 
 
 def params_name(name: str, engine: str) -> str:
