@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -25,6 +26,7 @@ import pytest
 
 from sparknb.errors import BuildError, SparknbError
 from sparknb.runs import signing
+from sparknb.runs.run import read_records
 from sparknb.serving import llama_server, real_models, testbed
 
 # Not a secret: it only guards the throw-away test server from the test that checks the guard.
@@ -60,7 +62,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that uses a server fixture is a server test, marked or not, so `-m "not server"` leaves it out.
     The tests without a server run first, beside the demo (see _demo_beside), then the demo's checks, then the
-    server tests, one at a time as before."""
+    server tests, one at a time as before: first those that run beside the vLLM servers' start (_vllm_start)."""
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("server"):
             item.add_marker(pytest.mark.server)
@@ -70,13 +72,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 DEMO_MODULE = "test_demo.py"
 # A real Ray cluster starts a dozen processes: beside the demo its join test took 67 s, alone 36 s.
 WITH_THE_SERVER_TESTS = {"test_cluster.py"}
+# Server tests on llama-server alone (one compute thread) whose figures no clock decides: they run first, while the
+# session's vLLM servers start (_vllm_start). Alone they took 188 s and kept one core busy; beside the three vLLM
+# starts, 259 s, with the servers ready at 160 s where alone they took 137 s: 66 s saved.
+BESIDE_THE_VLLM_STARTS = {"test_agent.py", "test_bfcl_real.py"}
 
 
 def _phase(item: pytest.Item) -> int:
     if item.path.name == DEMO_MODULE:
         return 1
     server = item.get_closest_marker("server") or item.get_closest_marker("llamacpp")
-    return 2 if server or item.path.name in WITH_THE_SERVER_TESTS else 0
+    if not (server or item.path.name in WITH_THE_SERVER_TESTS):
+        return 0
+    return 2 if item.path.name in BESIDE_THE_VLLM_STARTS else 3
+
+
+@pytest.fixture(autouse=True)
+def _vllm_start(request: pytest.FixtureRequest) -> None:
+    """At the first server test, the session's vLLM servers are launched (_testbed_servers), not waited for: each
+    test that needs one waits for it (_ready). Where the launch fails, the tests that need the server say why."""
+    if _phase(request.node) >= 2 and importlib.util.find_spec("vllm") is not None:
+        with contextlib.suppress(Exception):
+            request.getfixturevalue("_testbed_servers")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -184,11 +201,11 @@ class Beside:
 @pytest.fixture(scope="session", autouse=True)
 def _demo_beside(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
                  _own_config_session: None, _own_run_lock: None) -> Iterator[Beside | None]:
-    """`python -m sparknb demo`, started with the session where test_demo.py is collected (and can run), with a
-    run lock and a ledger of its own and the suite's key: its test waits for it after the tests without a server."""
-    wanted = any(item.path.name == DEMO_MODULE for item in request.session.items)
+    """`python -m sparknb demo`, started with the session where a test that reads it is collected (and can run), with
+    a run lock and a ledger of its own and the suite's key: those tests wait for it after the tests without a server."""
+    wanted = any("demo" in item.fixturenames for item in request.session.items)
     if not wanted or llama_server.find() is None or importlib.util.find_spec("gguf") is None:
-        yield None  # test_demo's own setup skips it, or fails it where servers are required, saying why
+        yield None  # the setup of the tests that read it skips them, or fails them where servers are required
         return
     folder = tmp_path_factory.mktemp("demo")
     config = _with_the_suites_key(folder / "config")
@@ -200,11 +217,32 @@ def _demo_beside(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         demo.stop()
 
 
+DEMO_WAIT_MIN = 25  # the demo's promise is 15 minutes on a 2-core machine (test_demo checks it); past this, it hung
+
+
+@pytest.fixture(scope="session")
+def demo(_demo_beside: Beside | None) -> tuple[str, float, Path, dict]:
+    """The demo's result, once it has ended: its stdout, its minutes from start to end, its comparison's folder, and
+    each campaign cell's sealed run by (notebook, model). Its runs are real runs of their notebooks, and the tests
+    that check every notebook's report read them where a run of their own would prove nothing more."""
+    if _demo_beside is None:
+        pytest.skip("the demo did not start: it needs llama-server and gguf (see the README's set-up)")
+    code, stdout, stderr, minutes = _demo_beside.result(timeout_s=60 * DEMO_WAIT_MIN)
+    print(f"the demo took {minutes:.1f} min")
+    assert code == 0, stdout[-3000:] + stderr[-3000:]
+    report = Path(re.search(r"comparison report: (\S+)", stdout).group(1))
+    outputs = report.parents[2]
+    cells = {(r["notebook"], r["model"]): Path(r["run"])
+             for r in read_records(next((outputs / "campaigns").iterdir())) if r.get("status") == "done"}
+    return stdout, minutes, report.parent, cells
+
+
 @contextlib.contextmanager
 def _wanted_servers(request: pytest.FixtureRequest, logs: Path, table: dict, **options) -> Iterator[dict]:
-    """Start every server of `table` that some collected test needs, side by side (each vLLM model compiles into a
-    cache of its own), and stop them at the end. Each is launched from this thread: a server dies with the thread
-    that started it (PR_SET_PDEATHSIG), and a pool's threads end."""
+    """Launch every server of `table` that some collected test needs, side by side (each vLLM model compiles into a
+    cache of its own), and stop them at the end; each is waited for where a test first needs it (_ready). Each is
+    launched from this thread: a server dies with the thread that started it (PR_SET_PDEATHSIG), and a pool's
+    threads end."""
     wanted = {fixture for item in request.session.items for fixture in item.fixturenames}
     launched: dict[str, testbed.Server] = {}  # and those _ready launches later
     try:
@@ -214,9 +252,6 @@ def _wanted_servers(request: pytest.FixtureRequest, logs: Path, table: dict, **o
                 with contextlib.suppress(BuildError):  # the real model not fetched: its fixture says why
                     launched[name] = testbed.launch(name, port, api_key=key, log_path=logs / f"{name}-{port}.log",
                                                     **options)
-        for name, server in launched.items():
-            launched[name] = testbed.ready(server, name, server.port, api_key=table[name][2],
-                                           log_path=server.log_path, **options)
         yield launched
     finally:
         for server in launched.values():
@@ -224,10 +259,14 @@ def _wanted_servers(request: pytest.FixtureRequest, logs: Path, table: dict, **o
 
 
 def _ready(servers: dict, name: str, table: dict, **options) -> testbed.Server:
+    """A session server once it serves (testbed.ready: one restart over a broken vLLM compile cache, kept here so
+    that the session stops it)."""
+    fixture, port, key = table[name]
     if name not in servers:  # requested dynamically (getfixturevalue) and so not seen at collection
-        fixture, port, key = table[name]
         servers[name] = testbed.launch(name, testbed.pick_port(port), api_key=key, **options)
-    return servers[name].wait_ready()
+    server = servers[name]
+    servers[name] = testbed.ready(server, name, server.port, api_key=key, log_path=server.log_path, **options)
+    return servers[name]
 
 
 @pytest.fixture(scope="session")

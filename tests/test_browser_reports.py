@@ -16,16 +16,11 @@ import nbformat
 import pandas as pd
 import pytest
 
-from browser import chromium, decode_runs_of_both_tiny_models, look_at
+from browser import chromium, look_at
 from sparknb.runs.execute import run_notebook
-from sparknb.runs.params import project_root
 from sparknb.runs.report import write_html
 from sparknb.runs.run import verify
-from sparknb.studies import mmlu_pro
 from support import strict, strict_lines
-
-MMLU_PRO = project_root().parent / "shared" / "data" / "mmlu_pro"  # the shared copy; no download here
-
 
 @pytest.fixture(scope="module")
 def browser():
@@ -35,28 +30,17 @@ def browser():
 
 @dataclass(frozen=True)
 class Case:
-    """A small `sparknb run` of one notebook and what its report must show at the least."""
+    """A small `sparknb run` of one notebook (None: a run the demo made) and what its report must show at the least."""
 
-    parameters: Callable[[pytest.FixtureRequest, Path], dict]
+    parameters: Callable[[pytest.FixtureRequest, Path], dict] | None
     tables: int
     images: int
-
-
-MTP_PROMPTS = 'name: test\nprompts:\n  repetitive: "one two three four one two three four one two three four"\n'
 
 
 def _decode(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
     server = request.getfixturevalue("tiny_dense")
     return {"model": "tiny-dense", "endpoint": server.url, "prompt_lengths": [64, 128], "output_tokens": 16,
             "warmup": 1, "repetitions": 1}
-
-
-def _mtp(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
-    server = request.getfixturevalue("tiny_moe")
-    prompts = tmp_path / "prompts.yaml"
-    prompts.write_text(MTP_PROMPTS)
-    return {"model": "tiny-moe", "endpoint": server.url, "prompt_set": str(prompts), "repetitions": 1,
-            "temperature": 0.0, "output_tokens": 32}
 
 
 def _prefill(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
@@ -71,35 +55,24 @@ def _load(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
             "output_tokens": 64, "requests_per_level": 4}
 
 
-def _mmlu_pro(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
-    if not (MMLU_PRO / mmlu_pro.FILES["test"]).is_file():
-        pytest.skip(f"the MMLU-Pro copy is not at {MMLU_PRO}")
-    server = request.getfixturevalue("tiny_dense")
-    return {"model": "tiny-dense", "endpoint": server.url, "dataset": str(MMLU_PRO), "per_category": 1,
-            "max_tokens": 64, "concurrency": 4}
-
-
 def _humaneval(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
     server = request.getfixturevalue("tiny_dense")
     return {"model": "tiny-dense", "endpoint": server.url, "limit": 3, "max_tokens": 32, "concurrency": 3}
 
 
-def _compare(request: pytest.FixtureRequest, tmp_path: Path) -> dict:
-    runs = decode_runs_of_both_tiny_models(request.getfixturevalue("tiny_dense"), request.getfixturevalue("tiny_moe"),
-                                           tmp_path / "outputs")
-    return {"runs": [str(run) for run in runs]}
-
-
 # Every notebook whose report is checked, with the parameters of a small run on the tiny test bed and the tables
-# and plots its report has (swap's: test_swap_notebook.py, on the run it makes anyway).
+# and plots its report has. mtp's, mmlu_pro's and the comparison's are the demo's own real runs (DEMO), which the
+# session makes anyway; swap's is test_swap_notebook.py's, on the run it makes anyway.
 READY: dict[str, Case] = {
     "decode": Case(_decode, tables=1, images=1),
-    "mtp": Case(_mtp, tables=1, images=1),
     "prefill": Case(_prefill, tables=1, images=1),
     "load": Case(_load, tables=1, images=1),
-    "mmlu_pro": Case(_mmlu_pro, tables=1, images=1),
     "humaneval": Case(_humaneval, tables=1, images=1),
-    "compare": Case(_compare, tables=1, images=1),
+}
+DEMO: dict[str, Case] = {
+    "mtp": Case(None, tables=1, images=1),
+    "mmlu_pro": Case(None, tables=1, images=1),
+    "compare": Case(None, tables=1, images=2),
 }
 
 
@@ -139,6 +112,19 @@ def test_a_report_asks_no_other_host_for_anything(browser, tmp_path):
 def test_the_report_of_a_real_run_opens_offline_with_its_tables_and_plots(notebook, browser, request, tmp_path):
     case = READY[notebook]
     folder = run_notebook(notebook, case.parameters(request, tmp_path), outputs=tmp_path / "outputs")
+    _opens_offline(browser, notebook, folder, case, tmp_path)
+
+
+@pytest.mark.server
+@pytest.mark.llamacpp
+@pytest.mark.parametrize("notebook", list(DEMO))
+def test_the_reports_of_the_demos_runs_open_offline_with_their_tables_and_plots(notebook, browser, demo, tmp_path):
+    _, _, comparison, cells = demo
+    folder = comparison if notebook == "compare" else cells[notebook, "smollm2-llamacpp"]
+    _opens_offline(browser, notebook, folder, DEMO[notebook], tmp_path)
+
+
+def _opens_offline(browser, notebook: str, folder: Path, case: Case, tmp_path: Path) -> None:
     seen = look_at(browser, folder / "report.html", tmp_path / f"{notebook}-report.png")
     assert seen["foreign"] == [], f"the {notebook} report asks other hosts"
     assert seen["tables"] >= case.tables, f"the {notebook} report shows {seen['tables']} tables with rows"

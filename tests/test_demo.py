@@ -6,7 +6,6 @@ lookup drafts only where the text repeats itself). The report is read in headles
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -16,20 +15,6 @@ from sparknb.studies.mmlu_pro.data import DEMO_FILE, DEMO_NAME, load_suite
 pytestmark = [pytest.mark.server, pytest.mark.llamacpp]
 
 LIMIT_MIN = 15  # the demo's promise on a 2-core machine, once set up (make demo fetches and builds first)
-
-
-@pytest.fixture(scope="module")
-def demo(_demo_beside):
-    """The demo, started with the session and run beside the tests without a server (conftest's _demo_beside);
-    waited for here, its minutes counted from its start to its end."""
-    code, stdout, stderr, minutes = _demo_beside.result(timeout_s=60 * (LIMIT_MIN + 10))
-    print(f"the demo took {minutes:.1f} min")
-    assert code == 0, stdout[-3000:] + stderr[-3000:]
-    report = Path(re.search(r"comparison report: (\S+)", stdout).group(1))
-    outputs = report.parents[2]
-    cells = {(r["notebook"], r["model"]): Path(r["run"])
-             for r in read_records(next((outputs / "campaigns").iterdir())) if r.get("status") == "done"}
-    return stdout, minutes, report.parent, cells
 
 
 def test_the_demo_exits_0_within_its_promise_every_run_sealed(demo):
