@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from support import outputs_text, run_notebook
 
@@ -108,6 +109,14 @@ def test_an_slo_none_meets_ends_the_search_at_one_and_two_slos_are_never_compare
     (row,) = [r for r in rows if "capacity" in r.figure]
     assert row.values == {"easy": easy[2]["capacity"], "impossible": 0}
     assert "slo_ttft_p95_ms" in row.not_comparable  # two SLOs are never compared
+    # Two replays of one live run send the same steps: TTFT is paired by step, each ratio over the same step's.
+    (later,) = [r for r in rows if r.figure.startswith("TTFT ms, steps 2+")]
+    ttft = [{(r["session"], r["turn"], r["step"]): r["ttft_s"] for r in past.records
+             if r.get("kind") == "step" and r["level"] == 1 and (r["turn"], r["step"]) != (0, 0)}
+            for past in (easy[4], run)]
+    assert later.figure == "TTFT ms, steps 2+ (paired by step)" and later.n == {"easy": SESSIONS, "impossible": SESSIONS}
+    assert later.ratios["impossible"].estimate == pytest.approx(
+        float(np.median([ttft[1][k] / ttft[0][k] for k in ttft[0]])))
 
 
 def test_a_sweep_without_an_slo_measures_the_levels_named_and_judges_none(live, smollm2_tools):
