@@ -10,10 +10,15 @@ live agent run sent three ways to one llama-server, one session at a time.
 Each way keeps a slot of its own (llama-server's `id_slot`), so that each finds its own previous step in its cache,
 as the agent's chat does. Each step's answer is as long as the live one (ignore_eos), as the study's replay asks
 it. Per step: the client's time to first token less the server's own prompt time (`timings.prompt_ms`), each way,
-and the time the server took to answer `/apply-template` and `/tokenize` for the step's messages. If the gap sent as
-token ids is under a millisecond, the client's clock agrees with the server's own, and the chat gap is the server's
-work on the conversation that its prompt time leaves out: the text gap less the ids gap is its tokenizing, the chat
-gap less the text gap its rendering and readying of tools.
+and the time the server took to answer `/apply-template` and `/tokenize` for the step's messages. The text gap less
+the ids gap is the server's tokenizing, the chat gap less the text gap its rendering and readying of tools.
+
+Two controls tell the client's clock from the server's work on the request before its prompt clock starts:
+- the step's first 16 token ids alone (a slot of their own, nothing cached): a body of a few bytes, so the gap is
+  the client's clock, the loopback and the server's fixed handling of one request;
+- the same 16 ids with the step's whole id list in a field the server reads past (`pad`): the same body size as the
+  ids way, and nothing more to prefill. If its gap matches the ids way's, the ids gap is the server's reading of the
+  request body (JSON of some 10,000 numbers), work that starts no clock of its own and that no client can remove.
 
     python bench/agent_ttft_control.py --url http://127.0.0.1:8093/v1 --model small-1.7b --run RUN_FOLDER
 """
@@ -26,6 +31,8 @@ import sys
 import time
 import types
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -50,9 +57,13 @@ def one_step(ep: Endpoint, messages: list[dict], fields: dict) -> dict:
     chat = ep.chat(messages, tools=fields.get("tools"), id_slot=0, **answer)
     plain = ep.complete(text, reuse_prompt=True, id_slot=1, **answer)
     tokens = ep.complete(ids, reuse_prompt=True, id_slot=2, **answer)
+    short = {"max_tokens": 2, "temperature": 0.0, "ignore_eos": True, "id_slot": 3}
+    bare = ep.complete(ids[:16], **short)
+    padded = ep.complete(ids[:16], pad=ids, **short)
     return {"prompt": len(ids), "chat_prompt": chat.prompt_tokens, "text_prompt": plain.prompt_tokens,
             "render_ms": 1000 * (t1 - t0), "tokenize_ms": 1000 * (t2 - t1), "chat_gap_ms": gap_ms(chat),
-            "text_gap_ms": gap_ms(plain), "tokens_gap_ms": gap_ms(tokens),
+            "text_gap_ms": gap_ms(plain), "tokens_gap_ms": gap_ms(tokens), "short_gap_ms": gap_ms(bare),
+            "padded_gap_ms": gap_ms(padded),
             **{f"{way}_cached": (c.server or {}).get("cached_tokens")
                for way, c in (("chat", chat), ("text", plain), ("tokens", tokens))}}
 
@@ -71,17 +82,23 @@ def steps(ep: Endpoint, session) -> list[dict]:
 
 def show(rows: list[dict]) -> None:
     print(f"{'prompt':>7} {'chat tok':>8} {'cached c/t/i':>17} {'render ms':>9} {'tokenize ms':>11} "
-          f"{'chat gap ms':>11} {'text gap ms':>11} {'ids gap ms':>10}")
+          f"{'chat gap ms':>11} {'text gap ms':>11} {'ids gap ms':>10} {'16 ids ms':>9} {'padded ms':>9}")
     for r in rows:
         cached = f"{r['chat_cached']}/{r['text_cached']}/{r['tokens_cached']}"
-        print(f"{r['prompt']:>7} {r['chat_prompt'] or 0:>8} {cached:>17} "
-              f"{r['render_ms']:>9.2f} {r['tokenize_ms']:>11.2f} {r['chat_gap_ms']:>11.2f} {r['text_gap_ms']:>11.2f} "
-              f"{r['tokens_gap_ms']:>10.2f}")
-    for key in ("chat_gap_ms", "text_gap_ms", "tokens_gap_ms", "render_ms", "tokenize_ms"):
+        print(f"{r['prompt']:>7} {r['chat_prompt'] or 0:>8} {cached:>17} {r['render_ms']:>9.2f} "
+              f"{r['tokenize_ms']:>11.2f} {r['chat_gap_ms']:>11.2f} {r['text_gap_ms']:>11.2f} "
+              f"{r['tokens_gap_ms']:>10.2f} {r['short_gap_ms']:>9.2f} {r['padded_gap_ms']:>9.2f}")
+    for key in ("chat_gap_ms", "text_gap_ms", "tokens_gap_ms", "short_gap_ms", "padded_gap_ms", "render_ms",
+                "tokenize_ms"):
         values = [r[key] for r in rows if r[key] is not None]
         print(f"{key}: median {statistics.median(values):.2f}, {min(values):.2f} to {max(values):.2f} "
               f"({len(values)} steps)")
-    print(f"steps whose ids gap is under 1 ms: {sum(r['tokens_gap_ms'] < 1 for r in rows)} of {len(rows)}; "
+    for key in ("tokens_gap_ms", "padded_gap_ms"):
+        slope, intercept = np.polyfit([r["prompt"] for r in rows], [r[key] for r in rows], 1)
+        print(f"{key} against the prompt's tokens: {intercept:.2f} ms + {1000 * slope:.3f} us a token")
+    print(f"steps whose 16-id gap is under 1 ms: {sum(r['short_gap_ms'] < 1 for r in rows)} of {len(rows)}; "
+          f"ids gap less the padded gap: median "
+          f"{statistics.median(r['tokens_gap_ms'] - r['padded_gap_ms'] for r in rows):.2f} ms; "
           f"prompt tokens equal all three ways: "
           f"{sum(r['prompt'] == r['chat_prompt'] == r['text_prompt'] for r in rows)} of {len(rows)}")
 
