@@ -58,14 +58,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "llamacpp: starts llama-server itself (without the llama.cpp fixtures)")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that uses a server fixture is a server test, marked or not, so `-m "not server"` leaves it out.
-    The tests without a server run first, beside the demo (see _demo_beside), then the demo's checks, then the
-    server tests, one at a time as before: first those that run beside the vLLM servers' start (_vllm_start)."""
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
+    """A test that uses a server fixture is a server test, marked or not, so `-m "not server"` leaves it out (marked
+    before the other hooks deselect). The tests without a server run first, beside the demo (see _demo_beside), then
+    the demo's checks, then the server tests, one at a time as before: first those that run beside the vLLM servers'
+    start (_vllm_start). Sorted after pytest's own hook, which groups a module's tests by the parameter of a module
+    fixture (test_sandbox's `box`) and had put a vLLM test among the tests without a server."""
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("server"):
             item.add_marker(pytest.mark.server)
+    yield
     items.sort(key=_phase)
 
 
