@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,6 +79,49 @@ def test_a_record_that_does_not_fit_is_not_written_at_all_and_a_half_line_is_sai
         assert read_records(run.path) == [{"rep": 0}]
     assert "records.jsonl line 2 is not a whole record" in caplog.text
     assert execute.seal_interrupted(run.path) == run.path and verify(run.path) == []  # no JSONDecodeError
+
+
+def fsyncs(monkeypatch, then=None) -> list[tuple[float, str]]:
+    """os.fsync as a slow disk's (30 ms, as no test disk is on purpose) or a failing one's (`then` raised): when
+    each push ended and which file it pushed."""
+    pushed, real = [], os.fsync
+
+    def fsync(fd: int) -> None:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if then is not None:
+            raise then
+        time.sleep(0.03)
+        real(fd)
+        pushed.append((time.perf_counter(), name))
+    monkeypatch.setattr(os, "fsync", fsync)
+    return pushed
+
+
+def test_records_are_pushed_to_disk_off_the_writers_path_and_seal_waits_for_every_push(tmp_path, monkeypatch):
+    pushed = fsyncs(monkeypatch)
+    run = Run.create("decode", {"notebook": "decode", "settings": {}}, run_id="slow", outputs=tmp_path)
+    t0 = time.perf_counter()
+    for rep in range(20):
+        run.record({"rep": rep})
+    appended = time.perf_counter()
+    assert appended - t0 < 0.3, "20 records waited on a 30 ms push each"
+    assert read_records(run.path) == [{"rep": rep} for rep in range(20)]  # whole in the file when record returns
+    run.seal()
+    records = str(run.path / "records.jsonl")
+    assert any(name == records and at > appended for at, name in pushed), pushed
+    assert verify(run.path) == []
+
+
+def test_a_push_to_disk_that_failed_is_said_at_the_next_write_or_at_seal(tmp_path, monkeypatch):
+    fsyncs(monkeypatch, OSError(errno.EIO, os.strerror(errno.EIO)))
+    run = Run.create("decode", {"notebook": "decode", "settings": {}}, run_id="eio", outputs=tmp_path)
+    run.record({"rep": 0})
+    with pytest.raises(RunError, match=f"Could not write to {run.path}: Input/output error"):
+        run.seal()
+    assert not run.sealed
+    monkeypatch.undo()
+    run.seal()  # said once: the run that failed can still be sealed, with what it kept
+    assert read_records(run.path) == [{"rep": 0}] and verify(run.path) == []
 
 
 def test_a_run_is_refused_before_any_kernel_where_the_disk_has_no_room_to_seal_it(small_disk):

@@ -1,9 +1,9 @@
 """Sealed runs: outputs/<notebook>/<run-id>/, written once, hashed, read-only, checkable.
 
 A number is only defensible if the files behind it cannot have changed since it was taken. Each
-record is flushed to disk as it completes, so a run that fails halfway keeps what it measured, and each is
-written whole or not at all: a full disk once left records.jsonl ending in half a line, on which sealing
-crashed (JSONDecodeError), so that run could never be sealed.
+record is in the file whole as it completes, so a run that fails halfway keeps what it measured, and pushed to
+disk moments later (Pusher); each is written whole or not at all: a full disk once left records.jsonl ending in
+half a line, on which sealing crashed (JSONDecodeError), so that run could never be sealed.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import shutil
 import stat
 import tarfile
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -61,6 +62,7 @@ class Run:
         self.path = path
         self.id = path.name
         self._secrets = secrets
+        self._pusher = Pusher()
 
     @classmethod
     def create(cls, notebook: str, params: dict, *, run_id: str = "", outputs: str | Path = "",
@@ -101,27 +103,36 @@ class Run:
         self.append("records.jsonl", obj)
 
     def append(self, name: str, obj: dict) -> None:
-        """Append one JSON line to a file of lines in one write, and push it to disk now; a write cut short is
-        taken back, so the file never ends in half a line."""
+        """Append one JSON line to a file of lines in one write, pushed to disk off the caller's path (Pusher); a
+        write cut short is taken back, so the file never ends in half a line."""
         line = (dumps(redact(obj, self._secrets), sort_keys=True) + "\n").encode()
-        fd = os.open(self._target(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        target = self._target(name)
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             end = os.fstat(fd).st_size
             try:
                 if os.write(fd, line) != len(line):
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-                os.fsync(fd)
             except OSError as e:
                 os.ftruncate(fd, end)
                 raise unwritable(self.path, e) from None
         finally:
             os.close(fd)
+        self._pushed(lambda: self._pusher.push(target))
+
+    def _pushed(self, call) -> None:
+        """A push to disk that failed, as a failed write (unwritable): said once, at the next append or at seal."""
+        try:
+            call()
+        except OSError as e:
+            raise unwritable(self.path, e) from None
 
     def seal(self, after_the_fact: dict | None = None) -> Path:
         """Hash every file into the signed manifest, then make all of it read-only. `after_the_fact`
         (manifest.after_the_fact()): who seals a run that did not seal itself, when and why; said in the
         folder, and by verify."""
         self._target(MANIFEST)
+        self._pushed(self._pusher.wait)
         (self.path / RESERVE).unlink(missing_ok=True)  # room held by `sparknb run`, never part of a run
         sealed = manifest.write(self.path, self.id, after_the_fact)
         _read_only(self.path)
@@ -130,6 +141,62 @@ class Run:
     @property
     def sealed(self) -> bool:
         return (self.path / MANIFEST).exists()
+
+
+class Pusher:
+    """Pushes appended files to disk (fsync) on a thread of its own, off the writer's path. On a lent GPU box an
+    fsync of an append took 4.0 ms (median of 50, up to 9.7): most of the 6.5 ms an agent step of 126 ms, at 1 in
+    flight, waited on the client. A line is whole in the file when append returns, so a killed process loses none;
+    the disk has it moments later; seal waits for every push, and a push that failed is raised once, at the next
+    append or at seal."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._dirty: set[Path] = set()
+        self._error: OSError | None = None
+        self._thread: threading.Thread | None = None
+
+    def push(self, path: Path) -> None:
+        with self._lock:
+            self._raise()
+            self._dirty.add(path)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="sparknb-push", daemon=True)
+                self._thread.start()
+
+    def wait(self) -> None:
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+        with self._lock:
+            self._raise()
+
+    def _raise(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._dirty:
+                    self._thread = None
+                    return
+                path = self._dirty.pop()
+            try:
+                _fsync(path)
+            except OSError as e:
+                with self._lock:
+                    self._error = self._error or e
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def cannot_write(folder: Path, error: OSError) -> str:
