@@ -109,13 +109,15 @@ def probe_tools(study, tools: list[dict]) -> None:
 
 
 def one(study, session) -> None:
-    """A session's steps one after the other, each through study.request."""
+    """A session's steps one after the other, each through study.request, the server's counters chained from one
+    request to the next (nothing else of the run asks the server for tokens between them): one scrape a step, not
+    two."""
     steps = session.steps()
     request = next(steps, None)
     while request is not None:
         tag, fields = request
         messages = list(session.messages)
-        answer = study.request(tag, lambda ep: ep.chat(messages, **fields))
+        answer = study.request(tag, lambda ep: ep.chat(messages, **fields), chained=True)
         request = _next(steps, answer)
 
 
