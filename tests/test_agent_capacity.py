@@ -96,6 +96,8 @@ def test_each_level_replays_the_same_steps_checked_against_the_server_and_passes
     assert list(table.index) == [1, 2] and (table["steps"] == 2 * SESSIONS).all()
     assert table.loc[1, "cached share, steps 2+"] > 0.5  # the second turn found the first in the slot's cache
     assert "Sessions in flight: 1: TTFT p95" in said
+    # The live run had just filled the server's two slots: level 1's first step found its prompt there.
+    assert "WARM FROM BEFORE THIS RUN: 1 step(s) sent before any request of this run was answered" in said
     if "client" not in verdicts.values():
         assert c["decided"] and c["capacity"] == 2 and c["said"].startswith("at least 2")
 

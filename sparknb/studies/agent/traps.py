@@ -1,5 +1,7 @@
 """The agent study's findings: what its sessions cost, and every known trap named with its evidence and its fix.
 
+- Steps served from a cache this run did not fill: sent before any of its requests was answered, yet found in
+  the server's cache (another run, a warm-up, a resumed run's first half before them): not a cold start.
 - The cache lost between steps: a step that the server served less than half of the prompt the session had
   already sent from its cache; where it broke is the server's own re-rendering of the two prompts (the first
   differing token: before the end of the earlier prompt, the template rewrote an earlier turn; none, the server
@@ -11,6 +13,8 @@ Then what the live sessions achieved: their BFCL grades (grades) and their steps
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import numpy as np
 import pandas as pd
 
@@ -21,6 +25,8 @@ from .figures import first_level, session_table, step_table
 from .problems import CALL_IN_TEXT
 
 UNTIMED_MS = 5.0  # a median gap under this is HTTP and the client's own (its decode agrees with the server's to 0.2%)
+WARM = 0.1  # a share of the prompt from before the run that counts (a template's opening shared is a few tokens)
+OPENING_S = 0.005  # sent this long before the run's first answer came back: `started_at` is kept to the millisecond
 SPEED = "speed"  # a cache lost doubts the speed rows (they name no key), never the score (grades: batch's SCORES)
 
 
@@ -31,7 +37,7 @@ def findings(records: list[dict], engine_fix: str = "") -> list[Finding]:
     records = first_level(records)
     if not len(table):
         return [warning("No step was answered: there is nothing to measure.")] + levels
-    out = [summary(table, per_session)] + blocks(records)
+    out = [summary(table, per_session)] + blocks(records) + warm(records)
     out += cache_lost(table, [r for r in records if r.get("kind") == "cache_check"])
     out += untimed(table, records) + cut(records) + in_content(records, engine_fix) + unseen(records)
     out += grades.findings(records) + problems.findings(records)
@@ -62,6 +68,32 @@ def blocks(records: list[dict]) -> list[Finding]:
                      "they would have saved are unknown, not estimated.")]
     return [info(f"The server's prefix cache keeps whole blocks of {block} tokens ({said}): of a prompt sent "
                  f"before, should_cache counts its whole blocks only (up to {block - 1} tokens fewer than it sent).")]
+
+
+def warm(records: list[dict]) -> list[Finding]:
+    """Steps sent before any request of this run was answered (OPENING_S apart), yet served from the server's cache:
+    nothing of this run could have filled it. Seen on an H100: a bench replayed at 4 in flight to the server that had
+    just served the same replay at 1; the first steps' TTFT fell from 265 to 72 ms (a 1.7B) and from 411 to 48 ms (a
+    4B), and the comparison called the 4B faster at a session's first step (0.67x)."""
+    sent = [r for r in records if r.get("started_at") and r.get("total_s") is not None and "resumed_from" not in r]
+    if not sent:
+        return []
+    back = min(_at(r) + r["total_s"] for r in sent) - OPENING_S
+    hits = [r for r in sent if r.get("kind") == "step" and _at(r) < back and r.get("prompt_tokens")
+            and (r.get("cached_tokens") or 0) >= WARM * r["prompt_tokens"]]
+    if not hits:
+        return []
+    r = hits[0]
+    return [warning(f"WARM FROM BEFORE THIS RUN: {len(hits)} step(s) sent before any request of this run was "
+                    f"answered found their prompt in the server's cache, e.g. session {r['session']} turn "
+                    f"{r['turn'] + 1} step {r['step'] + 1}: {r['cached_tokens']} of its {r['prompt_tokens']} prompt "
+                    "tokens. Another run, a warm-up or a resumed run's first half filled it: the first steps' TTFT is "
+                    "not a cold start's. Fix: restart the server (or give each run a fresh one) before runs whose "
+                    "TTFT you compare.", (SPEED,))]
+
+
+def _at(r: dict) -> float:
+    return datetime.fromisoformat(r["started_at"]).timestamp()
 
 
 def cache_lost(table: pd.DataFrame, checks: list[dict]) -> list[Finding]:
