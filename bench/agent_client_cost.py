@@ -1,7 +1,7 @@
 """What the agent study's client costs per step, against the step's own time, two ways, at 1 and 8 sessions in flight,
 each through the study's own path (a study opened as `sparknb run agent` opens it: at 1 in flight each request
 through study.request, the server's counters read around it; in flight, the asyncio client; every record written
-to the run folder and pushed to disk):
+to the run folder, pushed to disk by the run's own thread):
 
 - its CPU: the process's CPU time over the sessions (the session loop, the messages, serialization, reading the
   streams, the counters, the records), less the time spent executing the calls on BFCL's backends (tool time,
@@ -70,6 +70,9 @@ def cost(model: str, url: str, sessions, in_flight: int) -> dict:
     with tempfile.TemporaryDirectory() as outputs:
         study = start("agent", model=model, endpoint=url, outputs=outputs, seal=False,
                       settings={"bench": "agent_client_cost", "in_flight": in_flight})
+        spent = {"scrape": Spent(), "record": Spent()}
+        study.endpoint.metrics = spent["scrape"].around(study.endpoint.metrics)
+        study.run.record = spent["record"].around(study.run.record)  # the sessions' records and study.request's
         runs = [Timed(s) for s in sessions(study.run.record)]
         cpu0, wall0 = time.process_time(), time.perf_counter()
         if in_flight == 1:
@@ -86,7 +89,25 @@ def cost(model: str, url: str, sessions, in_flight: int) -> dict:
     step_s = sum(r["total_s"] for r in steps) / len(steps)
     return {"in_flight": in_flight, "sessions": len(runs), "steps": len(steps), "wall_s": wall,
             "step_ms": 1000 * step_s, "cpu_ms": 1000 * (cpu - tool_s) / len(steps),
-            "waited_ms": 1000 * waited / len(steps)}
+            "waited_ms": 1000 * waited / len(steps),
+            **{f"{k}_ms": 1000 * v.seconds / len(steps) for k, v in spent.items()},
+            **{f"{k}s": v.calls / len(steps) for k, v in spent.items()}}
+
+
+class Spent:
+    """The time spent in one of the client's own calls on the session's path, and how many."""
+
+    def __init__(self):
+        self.seconds, self.calls = 0.0, 0
+
+    def around(self, call):
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                self.seconds, self.calls = self.seconds + time.perf_counter() - t0, self.calls + 1
+        return timed
 
 
 def replayed(run, count: int):
@@ -127,6 +148,12 @@ def main() -> None:
         print(f"{r['in_flight']:>9} {r['sessions']:>8} {r['steps']:>6} {r['wall_s']:>7.1f} {r['step_ms']:>8.1f} "
               f"{r['cpu_ms']:>18.2f} {100 * r['cpu_ms'] / r['step_ms']:>6.2f}% {r['waited_ms']:>24.2f} "
               f"{100 * r['waited_ms'] / r['step_ms']:>6.2f}%")
+    print("of the time waited on the client, per step: the server's counters read (/metrics; study.request at 1 in "
+          "flight) and the records written (the push to disk is off the path: runs.run.Pusher)")
+    for r in rows:
+        print(f"{r['in_flight']:>9} in flight: {r['scrapes']:.2f} scrapes {r['scrape_ms']:.2f} ms, "
+              f"{r['records']:.2f} records {r['record_ms']:.2f} ms, the rest "
+              f"{r['waited_ms'] - r['scrape_ms'] - r['record_ms']:.2f} ms")
 
 
 def live(args) -> list[dict]:

@@ -2,11 +2,13 @@
 # Issue 35 on a lent GPU in one call of at most 10 minutes: a sealed live agent run made beforehand (SmolLM2-135M on
 # llama-server with sparknb's tool template, BFCL sessions) replayed to two random-weight models of different sizes
 # (Qwen3-1.7B's and Qwen3-4B's shapes, F16, the test bed's vocabulary) on the pinned llama-server built there, with
-# the same template, prompt cache on, 8 slots: each model at 1 and at 4 sessions in flight, then the comparison of
-# the two models at each. Random weights cannot call tools; a replay sends the live run's messages at every step and
-# asks each answer at the live one's length, so it measures speed, never quality. While the small model is served,
-# two benches: where each step's time before its first token goes (bench/agent_ttft_control.py: the step as chat,
-# and as the server's own token ids), and the client's cost per step at 1 and 8 sessions (bench/agent_client_cost.py).
+# the same template, prompt cache on, 8 slots: each model at 1 and at 4 sessions in flight, each level on a fresh
+# server (one that had served the level before held its prompts: the 4-in-flight first steps were warm), then the
+# comparison of the two models at each. Random weights cannot call tools; a replay sends the live run's messages at
+# every step and asks each answer at the live one's length, so it measures speed, never quality. While the small
+# model is served, two benches: where each step's time before its first token goes (bench/agent_ttft_control.py: the
+# step as chat, and as the server's own token ids), and the client's cost per step at 1 and 8 sessions in flight
+# (bench/agent_client_cost.py).
 #
 # Prepare here, where the network is (from the repository root):
 #   bash bench/step_split_prepare.sh                 # .device (llama.cpp source, tokenizer) and .whl (wheels)
@@ -52,26 +54,28 @@ EOF2
     echo "llama-server for $2 never became ready"; return 1
 }
 
+benches() {  # $1 model, $2 port: while the small model is served
+    stamp "$1: the step's time before its first token, as chat and as token ids"
+    timeout 120 "$PY" bench/agent_ttft_control.py --url "http://127.0.0.1:$2/v1" --model "$1" \
+        --run "$LIVE" 2>&1 | tee "$LOGS/ttft-control.log"
+    stamp "$1: the client's cost per step at 1 and 8 sessions in flight"
+    timeout 120 "$PY" bench/agent_client_cost.py --url "http://127.0.0.1:$2/v1" --model "$1" \
+        --run "$LIVE" --in-flight 1 8 2>&1 | tee "$LOGS/client-cost.log"
+}
+
 declare -A RUNS
 for spec in "qwen3-1.7b small-1.7b 8093" "qwen3-4b large-4b 8094"; do
     read -r shape model port <<< "$spec"
-    stamp "$model: replays at 1 and 4 in flight ($(left) s left)"
-    serve "$shape" "$model" "$port" || exit 1
-    for n in 1 4; do
+    for n in 1 4; do  # each level on a server of its own: its slots hold no prompt of the level before
+        stamp "$model: a replay at $n in flight on a fresh server ($(left) s left)"
+        serve "$shape" "$model" "$port" || exit 1
         timeout $(( $(left) - 40 )) "$PY" -m sparknb run agent -p model "$model" -p replay_from "$LIVE" \
             -p in_flight "$n" > "$LOGS/agent-$model-$n.log" 2>&1
         grep -E "^- |sealed run|Error" "$LOGS/agent-$model-$n.log" | cut -c1-400
         RUNS[$n]="${RUNS[$n]:-}$(grep -oE 'sealed run: .*' "$LOGS/agent-$model-$n.log" | sed 's/sealed run: //'), "
+        [ "$model" = small-1.7b ] && [ "$n" = 4 ] && benches "$model" "$port"
+        kill "$SERVER"; wait "$SERVER" 2>/dev/null
     done
-    if [ "$model" = small-1.7b ]; then
-        stamp "$model: the step's time before its first token, as chat and as token ids"
-        timeout 120 "$PY" bench/agent_ttft_control.py --url "http://127.0.0.1:$port/v1" --model "$model" \
-            --run "$LIVE" 2>&1 | tee "$LOGS/ttft-control.log"
-        stamp "$model: the client's cost per step at 1 and 8 sessions in flight"
-        timeout 120 "$PY" bench/agent_client_cost.py --url "http://127.0.0.1:$port/v1" --model "$model" \
-            --run "$LIVE" --in-flight 1 8 2>&1 | tee "$LOGS/client-cost.log"
-    fi
-    kill "$SERVER"; wait "$SERVER" 2>/dev/null
 done
 for n in 1 4; do
     stamp "the comparison at $n in flight"
