@@ -21,7 +21,7 @@ from sparknb.serving.processes import free_port
 from sparknb.studies import agent
 from sparknb.studies.agent import figures, headline_rows, problems, traps
 from sparknb.studies.agent import plan as agent_plan
-from sparknb.studies.agent.measure import PROBE
+from sparknb.studies.agent.measure import PROBE, counted
 from sparknb.studies.batch import bfcl, bfcl_turns, calls
 from sparknb.verdicts.verdict import Runs
 
@@ -112,7 +112,6 @@ def test_live_sessions_seal_with_the_servers_own_cache_counts(live):
     assert {r["session"] for r in steps} == {"repeat_0"} and len(steps) == 2
     for r in steps:  # the count recorded is llama-server's own cache_n, and usage says the same
         assert r["cached_tokens"] == r["server"]["per_request"]["cached_tokens"] == r["usage_cached_tokens"]
-        assert r["interference"] is None  # the counters chained from step to step mark no step of its own
     for a, b in zip(steps, steps[1:]):  # each step found the whole prompt sent before in the slot's cache
         assert b["cached_tokens"] >= a["prompt_tokens"] - 1, (a, b)
     tools = {(r["turn"], r["step"]): r for r in records if r.get("kind") == "tools"}
@@ -122,6 +121,8 @@ def test_live_sessions_seal_with_the_servers_own_cache_counts(live):
     turns = [r for r in records if r.get("kind") == "turn"]
     assert len(turns) == 1 and turns[0]["steps"] == 2 and "MessageAPI" in turns[0]["state"]
     assert "CACHE LOST" not in outputs_text(nb)
+    (counters,) = [r for r in records if r.get("kind") == "counters"]  # read around the sessions, not each step
+    assert counters["steps"] == 2 and counters["interference"] is None and "ANOTHER CLIENT" not in outputs_text(nb)
     drawn = next(r for r in records if r.get("kind") == "drawn")  # llama-server keeps a prompt token by token
     assert drawn["cache_block"] == 1 and "no blocks" in drawn["cache_block_said"]
     new = steps[1]["prompt_tokens"] - steps[1]["cached_tokens"]  # every token sent before counts, none rounded
@@ -159,7 +160,7 @@ def test_a_replay_sends_the_same_prompts_and_names_the_cache_a_server_did_not_ke
     assert {k: r["completion_tokens"] for k, r in again.items()} == {
         k: max(1, r["completion_tokens"]) for k, r in live_steps.items()}
     text = outputs_text(nb)
-    assert "CACHE LOST at session" in text and "did not keep it" in text and "WARM FROM BEFORE" not in text
+    assert "CACHE LOST at session" in text and "did not keep it" in text
     past = {"cached": read_past(str(folder), "agent")[0], "uncached": read_past(str(replay), "agent")[0]}
     runs = Runs({"agent": past}, ["cached", "uncached"])
     wait, first, later, share, score, solved, tokens = headline_rows(runs)
@@ -207,28 +208,26 @@ def test_a_replay_to_a_template_that_rewrites_an_earlier_turn_names_the_token_wh
     assert [(c["turn"], c["step"], c["first_difference"], c["rendered_before"]) for c in checks] == [(0, 1, at, before)]
     text = outputs_text(nb)
     assert "CACHE LOST at session repeat_0 turn 1 step 2:" in text and "did not keep it" not in text
-    assert "WARM FROM BEFORE" not in text  # a server of its own: the first step was a cold start
     assert f"The chat template rewrote an earlier turn: the re-rendered prompt first differs at token {at} " in text
 
 
-def test_a_request_of_another_client_between_two_chained_steps_marks_the_later_one(smollm2_tools, tmp_path):
-    """A session's steps at 1 in flight read the server's counters once a step: the counters read after a step stand
-    for the ones before the next (study.request's `chained`). A request of another client between the two is still
-    named, on the later step; two steps with nothing between them are marked by nothing."""
+def test_a_request_of_another_client_during_the_sessions_is_named(smollm2_tools, tmp_path):
+    """The server's counters are read around all the sessions (measure.counted), not each step: a request that
+    another client sent meanwhile is named, with what the counters saw; a step alone is marked by nothing."""
     study = start("agent", model=LIVE["model"], endpoint=smollm2_tools.url, outputs=str(tmp_path), seal=False,
-                  settings={"test": "chained"})
-
-    def ask(ep):
-        return ep.chat(PROBE, max_tokens=3)
-    first = study.request({"kind": "probe"}, ask)
-    quiet = study.request({"kind": "probe"}, ask, chained=True)
-    other = study.endpoint.chat(PROBE, max_tokens=3)  # not through study.request: another client's
-    marked = study.request({"kind": "probe"}, ask, chained=True)
+                  settings={"test": "counted"})
+    before, taken = study.endpoint.metrics(), len(study.records())
+    step = study.endpoint.chat(PROBE, max_tokens=3)
+    study.run.record({"kind": "step", **step.as_dict()})
+    alone = counted(study, before, taken)
+    other = study.endpoint.chat(PROBE, max_tokens=3)  # not recorded: another client's
+    both = counted(study, before, taken)
     study.finish({})
-    assert first["interference"] is None and quiet["interference"] is None, (first, quiet)
-    assert marked["interference"] == (f"the server generated {marked['completion_tokens'] + other.completion_tokens} "
-                                      f"tokens while this request received {marked['completion_tokens']}; another "
-                                      "client was using it")
+    assert alone["steps"] == 1 and alone["interference"] is None and traps.counters([alone]) == []
+    assert both["interference"] == (f"the server generated {step.completion_tokens + other.completion_tokens} tokens "
+                                    f"while this request received {step.completion_tokens}; another client was using it")
+    (said,) = traps.counters([both])
+    assert said.text.startswith("ANOTHER CLIENT USED THE SERVER during the sessions: the server generated")
 
 
 def test_tools_dropped_in_silence_are_caught_before_the_first_session(tmp_path, session_file):

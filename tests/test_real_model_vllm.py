@@ -107,8 +107,8 @@ def test_decode_seals_on_vllm_with_exact_prompt_lengths_by_the_servers_own_count
 def test_a_live_agent_session_on_vllm_seals_with_its_own_cached_counts_and_its_counter_agrees(servers, session_file,
                                                                                               tmp_path):
     """The agent tests' session on vLLM: a tool call its hermes parser read, executed, and the answer to the result.
-    Every step's cached tokens are vLLM's usage figure; one session at a time, so each also equals what vLLM's
-    /metrics prefix-cache hits counter moved by around that request (the server's other count)."""
+    Every step's cached tokens are vLLM's usage figure, and their sum is what vLLM's /metrics prefix-cache hits
+    counter moved by around the sessions (the server's other count)."""
     vllm, _ = servers
     _, folder = run_notebook("agent", tmp_path, {**LIVE, "model": "smollm2-tools-vllm", "sessions_file": session_file,
                                                  "endpoint": vllm.url})
@@ -119,8 +119,11 @@ def test_a_live_agent_session_on_vllm_seals_with_its_own_cached_counts_and_its_c
     tools = next(r for r in records if r.get("kind") == "tools")
     assert tools["calls"] == ["list_users()"] and "Alice" in tools["results"][0]
     for r in steps:
-        assert r["cached_tokens"] == r["usage_cached_tokens"] == r["server"]["prefix_cache_hits"], r["server"]
-        assert (r["server"]["per_request"] or {}).get("cached_tokens") is None  # so the hits above are the counter's
+        assert r["cached_tokens"] == r["usage_cached_tokens"] is not None
+        assert (r["server"]["per_request"] or {}).get("cached_tokens") is None  # so the count is usage's alone
+    (counters,) = [r for r in records if r.get("kind") == "counters"]
+    assert counters["interference"] is None and counters["steps"] == 2
+    assert counters["prefix_cache_hits"] == counters["cached_tokens"] == sum(r["cached_tokens"] for r in steps)
     # vLLM keeps whole blocks only (128 tokens on its CPU build): the second step was served 1,024 of the 1,074 sent
     # before (the probe with the tools had already cached the first step's 1,024)
     assert 0 < steps[1]["cached_tokens"] <= steps[0]["prompt_tokens"] < steps[1]["prompt_tokens"]

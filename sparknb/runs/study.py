@@ -49,7 +49,6 @@ class Study:
     sampler: telemetry.Sampler | None = None  # GPU telemetry, sampled while the run is open
     windows: list[energy.Window] = field(default_factory=list)  # GPU energy over each measured window
     census: census.Census | None = None  # what one decode step reads, counted from the checkpoint (census.py)
-    counters: metrics.Snapshot | None = None  # read after the last request, where it was this one's alone (chained)
 
     @property
     def model(self) -> ModelParams:
@@ -73,30 +72,22 @@ class Study:
         return stream.AsyncEndpoint(ep.url, ep.model, self.model.api_key(), on_chunk=on_chunk, engine=ep.engine,
                                     decode=decode, key_env=self.model.api_key_env, stall_s=self.model.stall_timeout_s)
 
-    def request(self, tag: dict, call: Callable[[Endpoint], Completion], *, settle_s: float = 5.0,
-                chained: bool = False) -> dict:
+    def request(self, tag: dict, call: Callable[[Endpoint], Completion], *, settle_s: float = 5.0) -> dict:
         """Send one request, read the server's counters around it, and record both at once.
 
         The counters tell whether anything else ran meanwhile: the record is marked if the server
-        finished more than this one request or generated more tokens than it returned. `chained`: the counters
-        read after the previous request, where they were its alone, stand for the ones before this (an agent's
-        next step: then another client's request between the two steps marks this one too). A scrape of
-        llama-server's /metrics took 1.75 ms on a 2-core CPU, two a step: most of what a step waited on the client.
+        finished more than this one request or generated more tokens than it returned.
         """
-        before = self.counters if chained and self.counters is not None else self.endpoint.metrics()
-        self.counters = None
+        before = self.endpoint.metrics()
         try:
             done = call(self.endpoint)
         except Exception as e:
             self.run.record({**tag, "error": f"{type(e).__name__}: {e}"})
             raise
-        after = []
-        delta = metrics.settled(lambda: after.append(self.endpoint.metrics()) or after[-1], before, 1, settle_s,
-                                done.completion_tokens)
+        delta = metrics.settled(self.endpoint.metrics, before, 1, settle_s, done.completion_tokens)
         # The server's view: its counters around the request, and its own timings of it where it gives them.
         rec = {**tag, **done.as_dict(), "server": server_view(delta, done.server)}
         rec["interference"] = metrics.interference(delta, 1, done.completion_tokens)
-        self.counters = after[-1] if rec["interference"] is None else None
         self.run.record(rec)
         return rec
 

@@ -37,7 +37,7 @@ def findings(records: list[dict], engine_fix: str = "") -> list[Finding]:
     records = first_level(records)
     if not len(table):
         return [warning("No step was answered: there is nothing to measure.")] + levels
-    out = [summary(table, per_session)] + blocks(records) + warm(records)
+    out = [summary(table, per_session)] + blocks(records) + counters(records) + warm(records)
     out += cache_lost(table, [r for r in records if r.get("kind") == "cache_check"])
     out += untimed(table, records) + cut(records) + in_content(records, engine_fix) + unseen(records)
     out += grades.findings(records) + problems.findings(records)
@@ -68,6 +68,25 @@ def blocks(records: list[dict]) -> list[Finding]:
                      "they would have saved are unknown, not estimated.")]
     return [info(f"The server's prefix cache keeps whole blocks of {block} tokens ({said}): of a prompt sent "
                  f"before, should_cache counts its whole blocks only (up to {block - 1} tokens fewer than it sent).")]
+
+
+def counters(records: list[dict]) -> list[Finding]:
+    """What the server's counters over the sessions say (measure.counted): another client's requests, or its two
+    counts of the cache disagreeing; where they cannot tell, what is unchecked."""
+    c = next((r for r in records if r.get("kind") == "counters"), None)
+    if c is None:
+        return []
+    if c["interference"]:
+        return [warning(f"ANOTHER CLIENT USED THE SERVER during the sessions: {c['interference']}. Its requests share "
+                        "the server with these steps and may be in their times. Fix: a server of the run's own.",
+                        (SPEED,))]
+    hits, cached = c.get("prefix_cache_hits"), c.get("cached_tokens")
+    if hits is not None and cached is not None and hits != cached:
+        return [warning(f"THE SERVER'S TWO CACHE COUNTS DISAGREE: its prefix-cache hits counter moved by {hits:g} "
+                        f"tokens over the {c['steps']} steps, its answers counted {cached} cached prompt tokens.",
+                        (SPEED,))]
+    said = [u for u in c.get("unchecked") or [] if u == "whether another client used the server"]
+    return [info(f"Its counters cannot tell {said[0]} during the sessions.")] if said else []
 
 
 def warm(records: list[dict]) -> list[Finding]:
