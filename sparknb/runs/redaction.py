@@ -85,8 +85,9 @@ def _is_secret_field(key: Any, value: Any) -> bool:
 def _redact_text(text: str, secrets: list[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, MASK)
-    text = _CLI_SECRET.sub(lambda m: m.group(1) + MASK, text)
-    return _URL.sub(lambda m: _redact_url(m.group(0)), text)
+    if "--" in text:
+        text = _CLI_SECRET.sub(lambda m: m.group(1) + MASK, text)
+    return _URL.sub(lambda m: _redact_url(m.group(0)), text) if "://" in text else text
 
 
 def _redact_url(url: str) -> str:

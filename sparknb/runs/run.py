@@ -148,28 +148,29 @@ class Pusher:
     fsync of an append took 4.0 ms (median of 50, up to 9.7): most of the 6.5 ms an agent step of 126 ms, at 1 in
     flight, waited on the client. A line is whole in the file when append returns, so a killed process loses none;
     the disk has it moments later; seal waits for every push, and a push that failed is raised once, at the next
-    append or at seal."""
+    append or at seal. The thread stays IDLE_S after its last push: started afresh, it cost 0.25 ms an append."""
+
+    IDLE_S = 2.0
 
     def __init__(self):
-        self._lock = threading.Lock()
+        self._cv = threading.Condition()
         self._dirty: set[Path] = set()
+        self._busy = False
         self._error: OSError | None = None
         self._thread: threading.Thread | None = None
 
     def push(self, path: Path) -> None:
-        with self._lock:
+        with self._cv:
             self._raise()
             self._dirty.add(path)
+            self._cv.notify_all()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="sparknb-push", daemon=True)
                 self._thread.start()
 
     def wait(self) -> None:
-        with self._lock:
-            thread = self._thread
-        if thread is not None:
-            thread.join()
-        with self._lock:
+        with self._cv:
+            self._cv.wait_for(lambda: not (self._dirty or self._busy))
             self._raise()
 
     def _raise(self) -> None:
@@ -178,25 +179,29 @@ class Pusher:
             raise error
 
     def _run(self) -> None:
-        while True:
-            with self._lock:
-                if not self._dirty:
-                    self._thread = None
-                    return
-                path = self._dirty.pop()
-            try:
-                _fsync(path)
-            except OSError as e:
-                with self._lock:
-                    self._error = self._error or e
+        with self._cv:
+            while self._cv.wait_for(lambda: self._dirty, timeout=self.IDLE_S):
+                path, self._busy = self._dirty.pop(), True
+                self._cv.release()
+                try:
+                    error = _fsync(path)
+                finally:
+                    self._cv.acquire()
+                self._error, self._busy = self._error or error, False
+                self._cv.notify_all()
+            self._thread = None
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+def _fsync(path: Path) -> OSError | None:
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        return e
+    return None
 
 
 def cannot_write(folder: Path, error: OSError) -> str:
