@@ -13,7 +13,8 @@
 # Prepare here, where the network is (from the repository root):
 #   bash bench/step_split_prepare.sh                 # .device (llama.cpp source, tokenizer) and .whl (wheels)
 #   bash bench/agent_replay_prepare.sh RUN_FOLDER    # the live run, its signer's public key, openssh-client
-# then one call: `bash bench/agent_replay_gpu.sh`, carrying .device and .whl. Back in $OUT: session.log and runs.tgz.
+# then one call: `bash bench/agent_replay_gpu.sh` (COST_ONLY=1: the two benches alone), carrying .device and .whl.
+# Back in $OUT: session.log and runs.tgz.
 # A CPU rehearsal: SMALL=1 WHEELS=0 PY=.venv/bin/python LLAMA_BIN=<folder of llama-server> bash bench/agent_replay_gpu.sh
 OUT=${OUT:-/tmp/agent-replay-out}
 LOGS=/tmp/agent-replay-logs
@@ -63,6 +64,11 @@ benches() {  # $1 model, $2 port: while the small model is served
         --run "$LIVE" --in-flight 1 8 2>&1 | tee "$LOGS/client-cost.log"
 }
 
+if [ "${COST_ONLY:-0}" = 1 ]; then  # the two benches alone, on the small model: a call of some 280 s
+    serve qwen3-1.7b small-1.7b 8093 || exit 1
+    benches small-1.7b 8093
+    kill "$SERVER"; wait "$SERVER" 2>/dev/null; exit 0
+fi
 declare -A RUNS
 for spec in "qwen3-1.7b small-1.7b 8093" "qwen3-4b large-4b 8094"; do
     read -r shape model port <<< "$spec"
