@@ -224,8 +224,9 @@ def test_a_request_of_another_client_during_the_sessions_is_named(smollm2_tools,
     both = counted(study, before, taken)
     study.finish({})
     assert alone["steps"] == 1 and alone["interference"] is None and traps.counters([alone]) == []
-    assert both["interference"] == (f"the server generated {step.completion_tokens + other.completion_tokens} tokens "
-                                    f"while this request received {step.completion_tokens}; another client was using it")
+    generated = step.completion_tokens + other.completion_tokens
+    assert both["interference"] == (f"the server generated {generated} tokens while this request received "
+                                    f"{step.completion_tokens}; another client was using it")
     (said,) = traps.counters([both])
     assert said.text.startswith("ANOTHER CLIENT USED THE SERVER during the sessions: the server generated")
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from ...endpoint import keepup, metrics, stream
 from ...errors import EndpointError, ParamsError
+from ..batch import ask
 from .capacity import at_level, boundary, check, judge, next_level
 from .figures import cache_block, whole_blocks
 from .plan import Plan
@@ -123,18 +124,24 @@ def one(study, session) -> None:
         except Exception as e:
             study.run.record({**tag, "error": f"{type(e).__name__}: {e}"})
             raise
-        answer = {**tag, **done.as_dict(), "server": {"per_request": done.server}, "in_flight": 1}
+        answer = answered(tag, done, in_flight=1)
         study.run.record(answer)
         request = _next(steps, answer)
+
+
+def answered(tag: dict, done, **more) -> dict:
+    """A step's record, one session at a time or in flight: its answer, and the server's own timings of it."""
+    return {**tag, **done.as_dict(), "server": {"per_request": done.server}, **more}
 
 
 def counted(study, before: metrics.Snapshot, taken: int) -> dict:
     """The server's counters over the sessions (`before` read as they began, `taken` records then) against the
     steps' own sums: whether another client used the server meanwhile, and its prefix-cache hits against the steps'
-    per-request cached counts, the server's two counts of one thing (vLLM's hits counter and its usage)."""
+    per-request cached counts, the server's two counts of one thing (vLLM's hits counter and its usage). A server
+    that stopped answering its /metrics leaves every figure unchecked (batch's counted), never the run failed."""
     steps = [r for r in study.records()[taken:] if r.get("kind") == "step" and "error" not in r]
     tokens = sum(r.get("completion_tokens") or 0 for r in steps)
-    d = metrics.settled(study.endpoint.metrics, before, len(steps), tokens=tokens)
+    d = ask.counted(study.endpoint, before, len(steps), tokens) or metrics.Delta({})
     cached = [r.get("cached_tokens") for r in steps]
     return {"kind": "counters", "steps": len(steps), "interference": metrics.interference(d, len(steps), tokens),
             "prefix_cache_hits": d[metrics.PREFIX_HITS], "cached_tokens": None if None in cached else sum(cached),
@@ -163,8 +170,7 @@ async def many(endpoint: stream.AsyncEndpoint, runs: list, in_flight: int, recor
                 tag, fields = request
                 try:
                     done = await endpoint.chat(list(session.messages), **fields)
-                    answer = {**tag, **done.as_dict(), "server": {"per_request": done.server}, "in_flight": in_flight,
-                              "running": running[0]}
+                    answer = answered(tag, done, in_flight=in_flight, running=running[0])
                 except EndpointError as e:
                     answer = {**tag, "error": f"{type(e).__name__}: {e}"}
                 record(answer)

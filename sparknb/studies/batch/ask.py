@@ -220,10 +220,11 @@ def figures(t: Tally, reused: int, concurrency: int, wall: float, cpu: float, de
                  metrics.interference(d, t.answered, completion) if t.answered else None)
 
 
-def counted(endpoint: Endpoint, before: metrics.Snapshot, n: int) -> metrics.Delta | None:
-    """The server's counters once all n answers are counted; None where it stopped answering: the figures are
-    an addition, and a server that stopped counting must not lose the answers."""
+def counted(endpoint: Endpoint, before: metrics.Snapshot, n: int, tokens: int | None = None) -> metrics.Delta | None:
+    """The server's counters once all n answers (or, on a server that counts no requests, their `tokens`) are
+    counted; None where it stopped answering: the figures are an addition, and a server that stopped counting must
+    not lose the answers."""
     try:
-        return metrics.settled(endpoint.metrics, before, n)
+        return metrics.settled(endpoint.metrics, before, n, tokens=tokens)
     except EndpointError:
         return None
