@@ -1,7 +1,7 @@
 """What the agent study's client costs per step, against the step's own time, two ways, at 1 and 8 sessions in flight,
-each through the study's own path (a study opened as `sparknb run agent` opens it: at 1 in flight each request
-through study.request, the server's counters read around it; in flight, the asyncio client; every record written
-to the run folder, pushed to disk by the run's own thread):
+each through the study's own path (a study opened as `sparknb run agent` opens it: at 1 in flight the sessions one
+after the other, in flight the asyncio client; every record written to the run folder, pushed to disk by the run's
+own thread; the server's counters read around all the sessions by the study, measure.counted, not here):
 
 - its CPU: the process's CPU time over the sessions (the session loop, the messages, serialization, reading the
   streams, the counters, the records), less the time spent executing the calls on BFCL's backends (tool time,
@@ -72,7 +72,7 @@ def cost(model: str, url: str, sessions, in_flight: int) -> dict:
                       settings={"bench": "agent_client_cost", "in_flight": in_flight})
         spent = {"scrape": Spent(), "record": Spent()}
         study.endpoint.metrics = spent["scrape"].around(study.endpoint.metrics)
-        study.run.record = spent["record"].around(study.run.record)  # the sessions' records and study.request's
+        study.run.record = spent["record"].around(study.run.record)  # every step's and every session's
         runs = [Timed(s) for s in sessions(study.run.record)]
         cpu0, wall0 = time.process_time(), time.perf_counter()
         if in_flight == 1:
@@ -148,8 +148,8 @@ def main() -> None:
         print(f"{r['in_flight']:>9} {r['sessions']:>8} {r['steps']:>6} {r['wall_s']:>7.1f} {r['step_ms']:>8.1f} "
               f"{r['cpu_ms']:>18.2f} {100 * r['cpu_ms'] / r['step_ms']:>6.2f}% {r['waited_ms']:>24.2f} "
               f"{100 * r['waited_ms'] / r['step_ms']:>6.2f}%")
-    print("of the time waited on the client, per step: the server's counters read (/metrics; study.request at 1 in "
-          "flight) and the records written (the push to disk is off the path: runs.run.Pusher)")
+    print("of the time waited on the client, per step: the server's counters read (/metrics, where anything on the "
+          "sessions' path reads them) and the records written (the push to disk is off the path: runs.push.Pusher)")
     for r in rows:
         print(f"{r['in_flight']:>9} in flight: {r['scrapes']:.2f} scrapes {r['scrape_ms']:.2f} ms, "
               f"{r['records']:.2f} records {r['record_ms']:.2f} ms, the rest "
