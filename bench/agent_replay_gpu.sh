@@ -22,7 +22,7 @@ source "$(dirname "$0")/gpu_common.sh"
 
 LIVE=$(ls -d "$ROOT"/.device/agent/outputs/agent/*/ 2>/dev/null | head -1)
 [ -n "$LIVE" ] || { echo "no live run under .device/agent: run bench/agent_replay_prepare.sh first"; exit 1; }
-"$PY" -m sparknb trust "$(cat "$ROOT/.device/agent/signer.pub")" --as live-box || exit 1
+"$PY" -m sparknb trust "$(cat "$ROOT/.device/agent/signer.pub")" --as live-box  # refused where trusted already: verify decides
 "$PY" -m sparknb verify "$LIVE" || exit 1
 
 stamp "two GGUFs, beside the build"
