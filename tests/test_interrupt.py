@@ -9,6 +9,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -18,13 +20,18 @@ DECODE = ["-p", "model", "tiny-dense-llamacpp", "-p", "prompt_lengths", "[32, 64
           "-p", "warmup", "0", "-p", "output_tokens", "16"]
 
 
+def started(tmp_path, server) -> subprocess.Popen:
+    """`sparknb run decode` as a terminal starts it, Ctrl-C at its default."""
+    command = [sys.executable, "-m", "sparknb", "run", "decode", *DECODE, "-p", "endpoint", server.url,
+               "--outputs", str(tmp_path / "outputs")]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
 def interrupted(tmp_path, server, when: str) -> tuple[int, str]:
     """`sparknb run decode` stopped by Ctrl-C as soon as a line containing `when` is printed: its exit code and
     everything it printed."""
-    command = [sys.executable, "-m", "sparknb", "run", "decode", *DECODE, "-p", "endpoint", server.url,
-               "--outputs", str(tmp_path / "outputs")]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = started(tmp_path, server)
     seen = []
     for line in proc.stdout:
         seen.append(line)
@@ -56,6 +63,33 @@ def test_ctrl_c_after_the_last_request_keeps_the_analysis(tmp_path, tiny_dense_l
     assert len(summary["table"]) == 2 and "Median decode speed" in (folder / "report.html").read_text()
     for r in read_records(folder):  # each progress line counts `rep` as the records and tables do
         assert f"[{r['seq']}/6] {r['prompt_length']} tokens, rep {r['rep']}:" in printed
+
+
+def kernel_of(pid: int) -> bool:
+    """Whether a process of `pid`'s has started its Jupyter kernel (its children, read from /proc)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if stat.read_text().rsplit(")", 1)[1].split()[1] == str(pid) and \
+                    b"ipykernel" in (stat.parent / "cmdline").read_bytes():
+                return True
+        except (OSError, IndexError):  # a process that ended while it was read
+            continue
+    return False
+
+
+@pytest.mark.server
+def test_ctrl_c_while_the_kernel_starts_ends_the_run_as_interrupted(tmp_path, tiny_dense_llama):
+    """Seen in a campaign: a Ctrl-C passed on to a kernel still importing its site module killed it, nbclient said
+    "Kernel died before replying to kernel_info", and the command ended in that traceback with 1, not 130."""
+    proc = started(tmp_path, tiny_dense_llama)
+    deadline = time.monotonic() + 60
+    while not kernel_of(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGINT)  # the kernel is launched and has not yet answered
+    printed, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in printed, printed
+    assert "sparknb run: interrupted (Ctrl-C)" in printed
+    assert not (tmp_path / "outputs" / "decode").exists() or not any((tmp_path / "outputs" / "decode").iterdir())
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop, on purpose

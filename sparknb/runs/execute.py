@@ -188,9 +188,10 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
         with interrupt.handled() as stop:  # Ctrl-C interrupts the kernel's cell, never tears the kernel down
             papermill.execute_notebook(str(source), str(executed), parameters=injected, log_output=True,
                                        progress_bar=False, kernel_manager_class=stop.kernel_class,
-                                       extra_arguments=QUIET_KERNEL)
-    except (papermill.PapermillExecutionError, KeyboardInterrupt, DeadKernelError, OSError) as e:
-        interrupted = isinstance(e, KeyboardInterrupt) or getattr(e, "ename", "") == "KeyboardInterrupt"
+                                       on_cell_start=stop.cell_start, extra_arguments=QUIET_KERNEL)
+    except (papermill.PapermillExecutionError, KeyboardInterrupt, DeadKernelError, OSError, RuntimeError) as e:
+        # RuntimeError: nbclient's "Kernel died before replying to kernel_info"
+        interrupted = stop.asked or isinstance(e, KeyboardInterrupt) or getattr(e, "ename", "") == "KeyboardInterrupt"
         why = interrupt.REASON if interrupted else reason(e, stop.process, folder)
         if not (folder / CLAIM).exists():  # it failed its checks: nothing was measured, nothing to keep
             shutil.rmtree(folder)
@@ -206,7 +207,7 @@ def run_notebook(name: str, parameters: dict, outputs: str | Path = "") -> Path:
         for variable in secrets:
             os.environ.pop(variable, None)
     close(folder, executed)
-    if stop.after_measuring:  # sealed whole, analysis and all; a campaign stops after it all the same
+    if stop.asked:  # sealed whole, analysis and all; a campaign stops after it all the same
         raise Interrupted(folder, complete=True)
     return folder
 

@@ -8,6 +8,11 @@ Jupyter sends), so the cell ends the way a failure does: the study seals what it
 "interrupted (Ctrl-C)". Where the study has already said that its last request is recorded (`measured`),
 the first Ctrl-C waits for the analysis instead, a few seconds of tables, and the run is sealed whole. A
 second Ctrl-C stops at once.
+
+A kernel runs a Ctrl-C only inside a cell. Sent to one still starting, it killed it half-imported ("Fatal Python
+error: init_import_site", then nbclient's "Kernel died before replying to kernel_info", and a campaign ended in
+that traceback, not interrupted), or was dropped (ipykernel ignores SIGINT between cells: the run went on). So
+outside a cell the Ctrl-C is kept, and the next cell is refused before it starts (`cell_start`).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ class Stop:
 
         self.kernel = self.process = None  # the kernel's manager, and its process (how it ended, if it died)
         self.marker = Path(tempfile.mkdtemp(prefix="sparknb-run-")) / "measured"
-        self.asked = self.after_measuring = False
+        self.asked = self.after_measuring = self.in_cell = False
         stop = self
 
         class Watched(AsyncKernelManager):
@@ -65,7 +70,16 @@ class Stop:
             print("Ctrl-C: every request is recorded; the analysis finishes first (Ctrl-C again to stop at once).",
                   file=sys.stderr, flush=True)
             return
-        os.killpg(pgid, signal.SIGINT)  # as Jupyter interrupts a kernel: its cell raises KeyboardInterrupt
+        if self.in_cell:  # as Jupyter interrupts a kernel: its cell raises KeyboardInterrupt
+            os.killpg(pgid, signal.SIGINT)
+
+    def cell_start(self, **_) -> None:
+        """nbclient's `on_cell_start` hook, run where the kernel is idle: a Ctrl-C it was not sent (it came while
+        the kernel started, or between cells) stops the run here, and the kernel is shut down as after a run."""
+        self.in_cell = False
+        if self.asked and not self.after_measuring:
+            raise KeyboardInterrupt
+        self.in_cell = True
 
 
 @contextlib.contextmanager
