@@ -149,7 +149,8 @@ def main() -> None:
               f"{r['cpu_ms']:>18.2f} {100 * r['cpu_ms'] / r['step_ms']:>6.2f}% {r['waited_ms']:>24.2f} "
               f"{100 * r['waited_ms'] / r['step_ms']:>6.2f}%")
     print("of the time waited on the client, per step: the server's counters read (/metrics, where anything on the "
-          "sessions' path reads them) and the records written (the push to disk is off the path: runs.push.Pusher)")
+          "sessions' path reads them) and the records taken (at 1 in flight held and written while the next request "
+          "is out: Run.holding; the push to disk is off the path: runs.push.Pusher)")
     for r in rows:
         print(f"{r['in_flight']:>9} in flight: {r['scrapes']:.2f} scrapes {r['scrape_ms']:.2f} ms, "
               f"{r['records']:.2f} records {r['record_ms']:.2f} ms, the rest "

@@ -124,6 +124,22 @@ def test_a_push_to_disk_that_failed_is_said_at_the_next_write_or_at_seal(tmp_pat
     assert read_records(run.path) == [{"rep": 0}] and verify(run.path) == []
 
 
+def test_records_held_while_a_request_is_out_are_written_in_order_at_each_flush_and_at_the_end_however_it_ends(
+        tmp_path):
+    """The agent's steps one at a time hold their records until the next request has gone (measure.one)."""
+    run = Run.create("agent", {"notebook": "agent", "settings": {}}, run_id="held", outputs=tmp_path)
+    with pytest.raises(KeyboardInterrupt), run.holding() as flush:
+        run.record({"step": 0})
+        run.record({"step": 1})
+        assert read_records(run.path) == []
+        flush()
+        assert read_records(run.path) == [{"step": 0}, {"step": 1}]
+        run.record({"step": 2})
+        raise KeyboardInterrupt  # as Ctrl-C in a cell
+    run.record({"step": 3})  # no longer held
+    assert read_records(run.path) == [{"step": n} for n in range(4)]
+
+
 def test_a_run_is_refused_before_any_kernel_where_the_disk_has_no_room_to_seal_it(small_disk):
     fill(small_disk)
     with pytest.raises(ExecuteError, match="No space left on device. Free space.*Nothing was run"):

@@ -28,6 +28,7 @@ zero. What a server lacks is listed in ServerInfo. A /tokenize that answers no t
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import httpx
@@ -259,12 +260,14 @@ class Endpoint:
 
     def chat(self, messages: list[dict], max_tokens: int, temperature: float = 0.0,
              ignore_eos: bool = False, stop: list[str] | None = None, reuse_prompt: bool = True,
-             **extra) -> Completion:
+             meanwhile: Callable[[], None] | None = None, **extra) -> Completion:
+        """A chat completion; `meanwhile`, the caller's own work to do once the request has gone (wire.meanwhile)."""
         return self._stream("/chat/completions", {"messages": messages, **answer_fields(
-            self.engine, max_tokens, temperature, stop, ignore_eos, reuse_prompt, extra)})
+            self.engine, max_tokens, temperature, stop, ignore_eos, reuse_prompt, extra)}, meanwhile)
 
-    def _stream(self, path: str, fields: dict) -> Completion:
+    def _stream(self, path: str, fields: dict, meanwhile: Callable[[], None] | None = None) -> Completion:
         """One stream, read in this thread (wire.exchange): serialized first, timed from its writing."""
         request = self.route.post(path, self.model, fields)
         events = wire.Events(Completion(started_at=now()), engine=self.engine)
+        events.meanwhile = meanwhile
         return wire.finish(self.route, wire.exchange(self.route, request, events, self.timeout, self.stall), events)

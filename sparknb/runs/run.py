@@ -8,6 +8,7 @@ half a line, on which sealing crashed (JSONDecodeError), so that run could never
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import hashlib
@@ -21,7 +22,7 @@ import shutil
 import stat
 import tarfile
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -63,6 +64,7 @@ class Run:
         self.id = path.name
         self._secrets = secrets
         self._pusher = Pusher()
+        self._held: list[dict] | None = None  # records kept while `holding`
 
     @classmethod
     def create(cls, notebook: str, params: dict, *, run_id: str = "", outputs: str | Path = "",
@@ -99,8 +101,29 @@ class Run:
         return target
 
     def record(self, obj: dict) -> None:
-        """One request's line in records.jsonl, on disk now, so a crash later cannot lose it."""
+        """One request's line in records.jsonl, in the file now, so a crash later cannot lose it (while `holding`,
+        at its next flush)."""
+        if self._held is not None:
+            self._held.append(obj)
+            return
         self.append("records.jsonl", obj)
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[Callable[[], None]]:
+        """Records kept in order until the flush it yields is called, and all at its end however it ends: the agent
+        writes a step's records while its next request is out (wire.meanwhile), 0.6 ms of the 1.2 to 1.5 ms a step
+        waited on the client on an H200's host. A process killed meanwhile loses what is held, one step's records."""
+        self._held = []
+        try:
+            yield self._flush
+        finally:
+            self._flush()
+            self._held = None
+
+    def _flush(self) -> None:
+        while self._held:
+            self.append("records.jsonl", self._held[0])
+            del self._held[0]
 
     def append(self, name: str, obj: dict) -> None:
         """Append one JSON line to a file of lines in one write, pushed to disk off the caller's path (push.Pusher); a

@@ -37,7 +37,7 @@ def findings(records: list[dict], engine_fix: str = "") -> list[Finding]:
     records = first_level(records)
     if not len(table):
         return [warning("No step was answered: there is nothing to measure.")] + levels
-    out = [summary(table, per_session)] + blocks(records) + counters(records) + warm(records)
+    out = [summary(table, per_session)] + blocks(records) + counters(records) + warm(records) + busy(records)
     out += cache_lost(table, [r for r in records if r.get("kind") == "cache_check"])
     out += untimed(table, records) + cut(records) + in_content(records, engine_fix) + unseen(records)
     out += grades.findings(records) + problems.findings(records)
@@ -109,6 +109,21 @@ def warm(records: list[dict]) -> list[Finding]:
                     "tokens. Another run, a warm-up or a resumed run's first half filled it: the first steps' TTFT is "
                     "not a cold start's. Fix: restart the server (or give each run a fresh one) before runs whose "
                     "TTFT you compare.", (SPEED,))]
+
+
+def busy(records: list[dict]) -> list[Finding]:
+    """Steps whose answer had begun to come while the client still wrote the step before (wire.meanwhile): their
+    first stamps may be late by up to that long. On an H200 a chat step's answer began 20 to 47 ms after its sending
+    (the server renders and tokenizes first), and the writing took 0.6 ms."""
+    hits = [r for r in records if r.get("kind") == "step" and r.get("busy_s")]
+    if not hits:
+        return []
+    worst = max(r["busy_s"] for r in hits)
+    return [warning(f"ANSWERED WHILE THE CLIENT WAS BUSY: {len(hits)} step(s) had begun to answer before the client "
+                    f"had written the step before them, up to {1000 * worst:.2f} ms after the sending: their TTFT may be "
+                    "late by up to that, so the speed rows carry it. A server that begins to answer that soon is "
+                    "measured best by TTFT in the load or decode study, whose requests write nothing while out.",
+                    (SPEED,))]
 
 
 def _at(r: dict) -> float:
