@@ -55,9 +55,9 @@ EOF2
     echo "llama-server for $2 never became ready"; return 1
 }
 
-benches() {  # $1 model, $2 port: while the small model is served
-    stamp "$1: the step's time before its first token, as chat and as token ids"
-    timeout 120 "$PY" bench/agent_ttft_control.py --url "http://127.0.0.1:$2/v1" --model "$1" \
+benches() {  # $1 model, $2 port: while the small model is served (CONTROL=0: the client's cost alone)
+    [ "${CONTROL:-1}" = 1 ] && stamp "$1: the step's time before its first token, as chat and as token ids" &&
+        timeout 120 "$PY" bench/agent_ttft_control.py --url "http://127.0.0.1:$2/v1" --model "$1" \
         --run "$LIVE" 2>&1 | tee "$LOGS/ttft-control.log"
     stamp "$1: the client's cost per step at 1 and 8 sessions in flight"
     timeout 120 "$PY" bench/agent_client_cost.py --url "http://127.0.0.1:$2/v1" --model "$1" \
