@@ -22,7 +22,8 @@ source "$(dirname "$0")/gpu_common.sh"
 
 LIVE=$(ls -d "$ROOT"/.device/agent/outputs/agent/*/ 2>/dev/null | head -1)
 [ -n "$LIVE" ] || { echo "no live run under .device/agent: run bench/agent_replay_prepare.sh first"; exit 1; }
-"$PY" -m sparknb trust "$(cat "$ROOT/.device/agent/signer.pub")" --as live-box  # refused where trusted already: verify decides
+# trust refuses a key trusted already (a second call on a warm machine): verify decides
+"$PY" -m sparknb trust "$(cat "$ROOT/.device/agent/signer.pub")" --as live-box
 "$PY" -m sparknb verify "$LIVE" || exit 1
 
 stamp "two GGUFs, beside the build"

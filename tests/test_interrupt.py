@@ -10,8 +10,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+import psutil
 import pytest
 
 from sparknb.runs.run import read_records, verify
@@ -66,15 +66,11 @@ def test_ctrl_c_after_the_last_request_keeps_the_analysis(tmp_path, tiny_dense_l
 
 
 def kernel_of(pid: int) -> bool:
-    """Whether a process of `pid`'s has started its Jupyter kernel (its children, read from /proc)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if stat.read_text().rsplit(")", 1)[1].split()[1] == str(pid) and \
-                    b"ipykernel" in (stat.parent / "cmdline").read_bytes():
-                return True
-        except (OSError, IndexError):  # a process that ended while it was read
-            continue
-    return False
+    """Whether `pid` has started its Jupyter kernel."""
+    try:
+        return any("ipykernel" in " ".join(child.cmdline()) for child in psutil.Process(pid).children())
+    except psutil.Error:  # a process that ended while it was read
+        return False
 
 
 @pytest.mark.server

@@ -120,8 +120,8 @@ def busy(records: list[dict]) -> list[Finding]:
         return []
     worst = max(r["busy_s"] for r in hits)
     return [warning(f"ANSWERED WHILE THE CLIENT WAS BUSY: {len(hits)} step(s) had begun to answer before the client "
-                    f"had written the step before them, up to {1000 * worst:.2f} ms after the sending: their TTFT may be "
-                    "late by up to that, so the speed rows carry it. A server that begins to answer that soon is "
+                    f"had written the step before them, up to {1000 * worst:.2f} ms after the sending: their TTFT may "
+                    "be late by up to that, so the speed rows carry it. A server that begins to answer that soon is "
                     "measured best by TTFT in the load or decode study, whose requests write nothing while out.",
                     (SPEED,))]
 
