@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from sparknb.runs.report import duration
 from sparknb.studies import prefill
 
 
@@ -48,11 +49,23 @@ def test_the_fit_keeps_a_bend_only_where_the_data_bend():
     bent = prefill.fit(prefill.frame(synthetic(lambda n: 0.020 + 1e-3 * n + 1e-7 * n * n)))
     assert bent.shape == "quadratic"
     assert holds(bent.curvature_s, 1e-7, wrong=(0.0, 0.5e-7, 2e-7))
-    assert holds(bent.per_token_s, 1e-3, wrong=(0.9e-3, 1.1e-3))
+    assert holds(bent.per_token_s, 1e-3 + 2 * 1e-7 * 111, wrong=(0.9e-3, 1.1e-3))  # its slope at 111 tokens
     assert bent.per_token_at(5000) == pytest.approx(1e-3 + 2 * 1e-7 * 5000, rel=0.1)
     assert bent.crossover_tokens.value == pytest.approx(20, rel=0.2)  # 1 ms a token passes 20 ms fast
     straight = prefill.fit(prefill.frame(synthetic(lambda n: 0.020 + 1e-3 * n, seed=1)))
     assert straight.shape == "straight line" and straight.curvature_s is None
+
+
+def test_a_bent_fit_gives_the_cost_of_a_token_where_it_was_measured_not_at_zero_tokens():
+    """A bend whose line would slope down at zero tokens: its per-token cost is its slope at the shortest prompt
+    measured, positive as every measured TTFT rises, never its linear term (-5 us)."""
+    df = prefill.frame(synthetic(lambda n: 0.010 - 5e-6 * n + 5e-8 * n * n, lengths=(100, 300, 600), noise=0.01))
+    bent = prefill.fit(df)
+    assert bent.shape == "quadratic" and holds(bent.per_token_s, 5e-6, wrong=(0.0, 1e-5))
+    assert bent.per_token_at(600) == pytest.approx(-5e-6 + 2 * 5e-8 * 600, rel=0.2)
+    assert "cost per prompt token where the prompt is 100 tokens" in bent.table().index
+    said = prefill.story(prefill.summarize(df), bent, "m")
+    assert f"one prompt token at {bent.per_token_s.show(duration)} where the prompt is 100 tokens" in said
 
 
 def test_the_fit_says_when_no_overhead_is_measurable_or_too_little_was_measured():

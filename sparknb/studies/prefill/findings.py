@@ -162,7 +162,7 @@ def _about_fit(table: pd.DataFrame, fit_: Fit) -> list[Finding]:
     if fit_.curvature_s:
         word = "faster" if fit_.curvature_s.value > 0 else "slower"
         notes.append(info(f"TTFT grows {word} than in proportion to the prompt: the per-token cost is "
-                          f"{duration(fit_.per_token_s.value)} at short prompts and "
+                          f"{duration(fit_.per_token_s.value)} at {fit_.lengths[0]:,} tokens and "
                           f"{duration(fit_.per_token_at(fit_.lengths[-1]))} at {fit_.lengths[-1]:,} tokens."))
     return notes
 
@@ -209,7 +209,7 @@ def _split(fit_: Fit, short: int, long_: int) -> str:
     """The fit in words: the overhead, one token's cost, and from where the tokens outweigh the overhead."""
     a, b = fit_.overhead_s, fit_.per_token_s
     fixed = (f"The fit puts the fixed overhead of a request at {a.show(duration)} and one prompt token at "
-             f"{b.show(duration)} ({100 * fit_.level:.0f}% intervals)")
+             f"{b.show(duration)}{fit_.where} ({100 * fit_.level:.0f}% intervals)")
     x = fit_.crossover_tokens
     if a.low <= 0:
         fixed += ("; the overhead is not distinguishable from zero (its interval reaches it), so the prompt's "

@@ -37,7 +37,7 @@ class Fit:
 
     shape: str  # "straight line" or "quadratic"
     overhead_s: Estimate  # TTFT of an empty prompt: what every request pays
-    per_token_s: Estimate  # the cost of one more prompt token, at short prompts
+    per_token_s: Estimate  # the cost of one more prompt token at the shortest prompt measured
     curvature_s: Estimate | None  # s per token^2; None where a straight line fits
     crossover_tokens: Estimate | None  # where the tokens' share passes the overhead; None: never
     lengths: tuple[int, ...]
@@ -51,7 +51,7 @@ class Fit:
 
     def per_token_at(self, n: float) -> float:
         """Marginal cost of one more token at length n."""
-        return self.per_token_s.value + 2 * (self.curvature_s.value if self.curvature_s else 0.0) * n
+        return self.per_token_s.value if self.curvature_s is None else _slope(self.params, n)
 
     def predict(self, n: Sequence[float]) -> pd.DataFrame:
         """Fitted TTFT in seconds with the interval of the mean, for drawing the line."""
@@ -61,10 +61,15 @@ class Fit:
         half = self.t_quantile * np.sqrt(np.einsum("ij,jk,ik->i", x, self.cov, x))
         return pd.DataFrame({"tokens": tokens, "ttft_s": mean, "low": mean - half, "high": mean + half})
 
+    @property
+    def where(self) -> str:
+        """Where the per-token cost was read: a bent fit's slope changes along the prompt."""
+        return f" where the prompt is {self.lengths[0]:,} tokens" if self.curvature_s else ""
+
     def table(self) -> pd.DataFrame:
         pct = f"{100 * self.level:.0f}%"
         rows = {"fixed overhead per request": self.overhead_s.show(duration),
-                "cost per prompt token": self.per_token_s.show(duration)}
+                f"cost per prompt token{self.where}": self.per_token_s.show(duration)}
         if self.curvature_s:
             rows[f"per-token cost at {self.lengths[-1]:,} tokens"] = duration(self.per_token_at(self.lengths[-1]))
             rows["curvature (per token squared)"] = self.curvature_s.show(lambda v: f"{v:.3g} s")
@@ -144,16 +149,36 @@ def fit(df: pd.DataFrame, level: float = LEVEL) -> Fit:
         low, high = solved.interval(i)
         return Estimate(float(solved.params[i] * unit[i]), float(low * unit[i]), float(high * unit[i]))
 
+    per_token = _slope_estimate(solved, lengths[0]) if quadratic else est(1)
+
     medians = kept.groupby("prompt_length")["ttft_s"].median()
     misfit = _design(medians.index.to_numpy(dtype=float), quadratic) @ solved.params / medians.to_numpy() - 1
     worst = int(np.argmax(np.abs(misfit)))
     outliers = tuple((int(a), float(b), float(c)) for a, b, c, w in zip(n, y, median, solved.weights) if w < 0.5)
     return Fit(
         shape="quadratic" if quadratic else "straight line",
-        overhead_s=est(0), per_token_s=est(1), curvature_s=est(2) if quadratic else None,
+        overhead_s=est(0), per_token_s=per_token, curvature_s=est(2) if quadratic else None,
         crossover_tokens=_crossover(solved), lengths=lengths, n=len(y), level=level,
         worst_misfit=(int(medians.index[worst]), float(misfit[worst])), outliers=outliers,
         params=solved.params, cov=solved.cov, t_quantile=solved.t_quantile)
+
+
+def _gradient(n: float) -> np.ndarray:
+    return np.array([0.0, 1.0, 2 * n / 1000])  # d/dk of a + b k + c k^2, k in thousands of tokens
+
+
+def _slope(params: np.ndarray, n: float) -> float:
+    return float(_gradient(n) @ params * 1e-3)
+
+
+def _slope_estimate(solved: _Solved, n: float) -> Estimate:
+    """A bent fit's slope at n tokens, with its interval. Its own linear term is the slope at zero tokens, outside
+    what was measured, where noise in the bend can turn it negative: CI once printed -8.5 us a token for a CPU on
+    which 600 tokens took over twice as long as 100."""
+    g = _gradient(n)
+    half = solved.t_quantile * math.sqrt(max(float(g @ solved.cov @ g), 0.0))
+    value = float(g @ solved.params)
+    return Estimate(value * 1e-3, (value - half) * 1e-3, (value + half) * 1e-3)
 
 
 def _root(p: np.ndarray) -> float:
