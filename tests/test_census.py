@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 
 import pytest
@@ -143,6 +144,27 @@ def test_the_limit_is_a_curve_and_measured_bandwidth_wins_on_the_same_device():
     assert elsewhere.divides_by == "nameplate" and elsewhere.bandwidth_bytes_s == 4800e9
     hand = bandwidth.limit(load_model("tiny-dense"), h200, counted, probe)
     assert hand.bytes_per_step == 2 * DENSE_PARAMS and "hand-written" in hand.source  # hand-written weights win
+
+
+def test_a_gguf_read_again_is_taken_from_memory_until_the_file_changes(tmp_path, monkeypatch):
+    """The second read is the remembered table (a figure altered in the memory comes back altered, so it was not
+    read from the file); a file whose time of change moved, or a memory that is not JSON, is read from the file."""
+    path = tmp_path / "m.gguf"
+    shutil.copy(gguf_models.gguf_file("tiny-dense"), path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = checkpoint.read(path)
+    (memory,) = (tmp_path / "cache").rglob("*.json")
+    assert checkpoint.read(path) == first
+    altered = json.loads(memory.read_text())
+    altered["tensors"][0]["nbytes"] += 1
+    memory.write_text(json.dumps(altered))
+    assert checkpoint.read(path).tensors[0].nbytes == first.tensors[0].nbytes + 1
+    memory.write_text("{")
+    assert checkpoint.read(path) == first
+    memory.write_text(json.dumps(altered))
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert checkpoint.read(path) == first and len(list((tmp_path / "cache").rglob("*.json"))) == 2
 
 
 def test_a_checkpoint_that_cannot_be_read_is_an_error_naming_what_to_pass(tmp_path):

@@ -10,9 +10,12 @@ sliding windows, a latent KV) is read into one `Shape`, whatever the layout call
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
 import struct
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import ParamsError
@@ -82,6 +85,40 @@ def _read(p: Path) -> Checkpoint:
 
 
 def _gguf(path: Path) -> Checkpoint:
+    """A GGUF's table, remembered per file (its path, size and time of change, and this module) in the user's cache:
+    on 2 cores a read of SmolLM2's 98 MB took 8.6 s before each run's first request: 3.5 s importing gguf (which
+    imports mistral_common's JSON schemas where vLLM installed it) and 5.1 s building the fields of its tokenizer's
+    49,152 tokens and 48,900 merges, which the census never reads. A second read takes 2 ms."""
+    memory = _memory(path)
+    try:
+        return _checkpoint(json.loads(memory.read_text()), path)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    found = _read_gguf(path)
+    with contextlib.suppress(OSError):  # a cache this user cannot write: read again next time
+        memory.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memory.with_name(f".{memory.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(asdict(found)))
+        tmp.replace(memory)
+    return found
+
+
+def _memory(path: Path) -> Path:
+    from ..serving.tiny_models import cache_root
+
+    real, code = path.resolve(), Path(__file__).read_bytes()
+    stat = real.stat()
+    key = hashlib.sha256(f"{real}:{stat.st_size}:{stat.st_mtime_ns}:".encode() + code).hexdigest()[:24]
+    return cache_root() / "checkpoints" / f"{key}.json"
+
+
+def _checkpoint(d: dict, path: Path) -> Checkpoint:
+    shape = {k: tuple(v) if isinstance(v, list) else v for k, v in d["shape"].items()}
+    tensors = tuple(Tensor(t["name"], tuple(t["shape"]), t["dtype"], t["nbytes"]) for t in d["tensors"])
+    return Checkpoint(str(path), d["layout"], tensors, Shape(**shape), d["file_bytes"])
+
+
+def _read_gguf(path: Path) -> Checkpoint:
     from gguf import GGUFReader, GGMLQuantizationType
 
     reader = GGUFReader(path, "r")
