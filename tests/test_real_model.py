@@ -139,6 +139,7 @@ def test_decode_seals_with_exact_prompt_lengths_and_the_servers_own_time(served,
     assert statistics.median(gaps) < 0.01, gaps
     settings = json.loads((folder / "fingerprint.json").read_text())["server"]["settings"]  # read from its command line
     assert settings["threads"] == "1" and settings["slots"] == str(real_models.PARALLEL)
+    assert settings["threads batch"] == str(os.cpu_count())  # a prompt on every core: real_models.PROMPT_THREADS
     assert settings.get("no repack", False) == ("--no-repack" in server.target.start)
 
 
