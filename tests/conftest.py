@@ -56,6 +56,7 @@ NO_GGUF = "gguf or transformers is not installed: pip install -e '.[demo]' to ru
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "demo: needs the demo extra (vLLM, transformers) but starts no server")
     config.addinivalue_line("markers", "llamacpp: starts llama-server itself (without the llama.cpp fixtures)")
+    config.addinivalue_line("markers", f"{BESIDE}: a llama-server test no clock decides, run while vLLM starts")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -79,6 +80,9 @@ WITH_THE_SERVER_TESTS = {"test_cluster.py"}
 # session's vLLM servers start (_vllm_start). Alone they took 188 s and kept one core busy; beside the three vLLM
 # starts, 259 s, with the servers ready at 160 s where alone they took 137 s: 66 s saved.
 BESIDE_THE_VLLM_STARTS = {"test_agent.py", "test_bfcl_real.py"}
+# Once those ran 1.7 times faster (the real model's prompts on both cores, the census remembered), the first test after
+# them waited 63 to 79 s more for the vLLM servers: single tests of the same kind are marked to run beside them too.
+BESIDE = "beside_the_vllm_starts"
 
 
 def _phase(item: pytest.Item) -> int:
@@ -87,7 +91,7 @@ def _phase(item: pytest.Item) -> int:
     server = item.get_closest_marker("server") or item.get_closest_marker("llamacpp")
     if not (server or item.path.name in WITH_THE_SERVER_TESTS):
         return 0
-    return 2 if item.path.name in BESIDE_THE_VLLM_STARTS else 3
+    return 2 if item.path.name in BESIDE_THE_VLLM_STARTS or item.get_closest_marker(BESIDE) else 3
 
 
 @pytest.fixture(autouse=True)

@@ -143,6 +143,7 @@ def test_decode_seals_with_exact_prompt_lengths_and_the_servers_own_time(served,
     assert settings.get("no repack", False) == ("--no-repack" in server.target.start)
 
 
+@pytest.mark.beside_the_vllm_starts  # the server's own counts: no clock decides
 @pytest.mark.server
 @pytest.mark.llamacpp
 @pytest.mark.parametrize("name", ["smollm2-draft"])  # n-gram speculation: the demo's (test_demo.py)
@@ -166,6 +167,7 @@ def test_mtp_tokens_per_step_are_the_servers_own_counts_per_request(served, tmp_
         assert min(steps.values()) > 3, steps
 
 
+@pytest.mark.beside_the_vllm_starts  # a finding of the server's own settings: no clock decides
 @pytest.mark.server
 @pytest.mark.llamacpp
 def test_a_draft_model_loaded_but_never_used_is_said(served, tmp_path):
@@ -204,6 +206,7 @@ def _few_questions(into: Path, categories=("biology", "law", "math")) -> Path:
     return into
 
 
+@pytest.mark.beside_the_vllm_starts  # lm-eval's letters against sparknb's: no clock decides
 @pytest.mark.server
 @pytest.mark.llamacpp
 def test_mmlu_pro_in_lm_evals_format_asks_and_extracts_as_lm_evaluation_harness_itself_on_the_same_server(served,
