@@ -64,8 +64,9 @@ VLLM_SERVINGS: dict[str, tuple[str, ...]] = {"smollm2": (), "smollm2-tools": VLL
 PARALLEL, SLOT_CONTEXT = 4, 4096
 FETCH_S = 900
 # A prompt is computed on every core, a token on one (llama_command's `-t 1`), and no thread spins while it waits
-# (`--poll 0`): without repacking, Q4_1 has no fast matrix product on this CPU, and a BFCL session's 1,000 tokens of
-# tools took 14 s on one thread (107 tokens/s), 8 s on two (169 to 192); decoding stayed at 52 tokens/s.
+# (`--poll 0`): without repacking, Q4_1 has no fast matrix product on this CPU. 1,491 prompt tokens took 14 s on one
+# thread (107 tokens/s) and 8 s on two (169 to 192), decoding at 52 tokens/s either way; the agent test's 1,048
+# tokens of BFCL tools, 18.7 s and 8.7 s.
 PROMPT_THREADS = ("--threads-batch", str(os.cpu_count() or 1), "--poll", "0")
 
 
