@@ -13,12 +13,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import ParamsError
+from ..serving.tiny_models import cache_root, file_key, keep
 
 INDEX = "model.safetensors.index.json"
 
@@ -96,19 +96,12 @@ def _gguf(path: Path) -> Checkpoint:
         pass
     found = _read_gguf(path)
     with contextlib.suppress(OSError):  # a cache this user cannot write: read again next time
-        memory.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memory.with_name(f".{memory.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(asdict(found)))
-        tmp.replace(memory)
+        keep(memory, json.dumps(asdict(found)))
     return found
 
 
 def _memory(path: Path) -> Path:
-    from ..serving.tiny_models import cache_root
-
-    real, code = path.resolve(), Path(__file__).read_bytes()
-    stat = real.stat()
-    key = hashlib.sha256(f"{real}:{stat.st_size}:{stat.st_mtime_ns}:".encode() + code).hexdigest()[:24]
+    key = hashlib.sha256(f"{file_key(path)}:".encode() + Path(__file__).read_bytes()).hexdigest()[:24]
     return cache_root() / "checkpoints" / f"{key}.json"
 
 

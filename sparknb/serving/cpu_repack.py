@@ -12,13 +12,12 @@ The build is left as it is; the server gets `--no-repack` where a one-second lla
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 from pathlib import Path
 
 from .llama_server import bench_beside
-from .tiny_models import cache_root
+from .tiny_models import cache_root, file_key, keep
 
 PROBE_S = 120
 FLAG = "--no-repack"
@@ -37,17 +36,13 @@ def probe(binary: Path, model: Path) -> dict:
     seen = _read(memory)
     if key not in seen:
         seen[key] = _bench(bench_beside(binary), binary, model)
-        memory.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memory.with_name(f".{memory.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(_read(memory) | {key: seen[key]}, indent=1) + "\n")
-        tmp.replace(memory)
+        keep(memory, json.dumps(_read(memory) | {key: seen[key]}, indent=1) + "\n")
     return seen[key]
 
 
 def _key(binary: Path, model: Path) -> str:
     """A rebuilt binary or another file is probed anew."""
-    b, m = binary.resolve().stat(), model.resolve().stat()
-    return f"{binary.resolve()}:{b.st_size}:{b.st_mtime_ns}|{model.resolve()}:{m.st_size}:{m.st_mtime_ns}"
+    return f"{file_key(binary)}|{file_key(model)}"
 
 
 def _read(memory: Path) -> dict:

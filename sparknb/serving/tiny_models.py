@@ -94,6 +94,21 @@ def cache_root() -> Path:
     return Path(base) / "sparknb" / "testbed"
 
 
+def file_key(path: Path) -> str:
+    """A file as a result remembered of it names it: its real path, size and time of change (rewritten, it is new)."""
+    real = path.resolve()
+    stat = real.stat()
+    return f"{real}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def keep(memory: Path, text: str) -> None:
+    """`text` into the remembered file whole: written beside it by this process, then renamed into place."""
+    memory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = memory.with_name(f".{memory.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(memory)
+
+
 @functools.lru_cache(maxsize=None)
 def _corpus() -> str:
     """Deterministic training text: prose, JSON and code, so common shapes get their own tokens."""
