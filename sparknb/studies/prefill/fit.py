@@ -175,10 +175,9 @@ def _slope_estimate(solved: _Solved, n: float) -> Estimate:
     """A bent fit's slope at n tokens, with its interval. Its own linear term is the slope at zero tokens, outside
     what was measured, where noise in the bend can turn it negative: CI once printed -8.5 us a token for the tiny
     dense model on 2 cores, whose median TTFT at 600 tokens was 2.0 to 2.7 times that at 100 in four runs here."""
-    g = _gradient(n)
-    half = solved.t_quantile * math.sqrt(max(float(g @ solved.cov @ g), 0.0))
-    value = float(g @ solved.params)
-    return Estimate(value * 1e-3, (value - half) * 1e-3, (value + half) * 1e-3)
+    g, value = _gradient(n), _slope(solved.params, n)
+    half = 1e-3 * solved.t_quantile * math.sqrt(max(float(g @ solved.cov @ g), 0.0))
+    return Estimate(value, value - half, value + half)
 
 
 def _root(p: np.ndarray) -> float:
