@@ -76,12 +76,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
 DEMO_MODULE = "test_demo.py"
 # A real Ray cluster starts a dozen processes: beside the demo its join test took 67 s, alone 36 s.
 WITH_THE_SERVER_TESTS = {"test_cluster.py"}
-# Server tests on llama-server alone (one compute thread) whose figures no clock decides: they run first, while the
-# session's vLLM servers start (_vllm_start). Alone they took 188 s and kept one core busy; beside the three vLLM
-# starts, 259 s, with the servers ready at 160 s where alone they took 137 s: 66 s saved.
-BESIDE_THE_VLLM_STARTS = {"test_agent.py", "test_bfcl_real.py"}
-# Once those ran 1.7 times faster (the real model's prompts on both cores, the census remembered), the first test after
-# them waited 63 to 79 s more for the vLLM servers: single tests of the same kind are marked to run beside them too.
+# Server tests on llama-server alone whose figures no clock decides, marked so (the agent's and BFCL's modules, three
+# of the real model's): they run first, while the session's vLLM servers start (_vllm_start). The two modules alone
+# took 188 s and kept one core busy; beside the three vLLM starts, 259 s, with the servers ready at 160 s where alone
+# they took 137 s: 66 s saved. Once they ran 1.7 times faster (the real model's prompts on both cores, the census
+# remembered), the first test after them waited 63 to 79 s more for the servers, and the three joined them.
 BESIDE = "beside_the_vllm_starts"
 
 
@@ -91,7 +90,7 @@ def _phase(item: pytest.Item) -> int:
     server = item.get_closest_marker("server") or item.get_closest_marker("llamacpp")
     if not (server or item.path.name in WITH_THE_SERVER_TESTS):
         return 0
-    return 2 if item.path.name in BESIDE_THE_VLLM_STARTS or item.get_closest_marker(BESIDE) else 3
+    return 2 if item.get_closest_marker(BESIDE) else 3
 
 
 @pytest.fixture(autouse=True)

@@ -25,6 +25,7 @@ from sparknb.studies.agent.measure import PROBE, counted
 from sparknb.studies.batch import bfcl, bfcl_turns, calls
 from sparknb.verdicts.verdict import Runs
 
+pytestmark = pytest.mark.beside_the_vllm_starts  # no clock decides its figures (conftest._phase)
 LIVE = {"model": "smollm2-tools-llamacpp", "max_steps": 2, "max_tokens": 40}
 # Mistral-7B-Instruct-v0.3's chat template renders its system message only while the conversation ends on a user
 # turn (`{%- if loop.last and system_message is defined %}`): once the model has called a tool, the system text is

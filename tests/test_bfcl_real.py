@@ -23,7 +23,7 @@ from sparknb.cli import main
 from sparknb.runs.params import project_root
 from sparknb.runs.run import read_records, verify
 
-pytestmark = [pytest.mark.server, pytest.mark.llamacpp]
+pytestmark = [pytest.mark.server, pytest.mark.llamacpp, pytest.mark.beside_the_vllm_starts]
 MODELS = ("smollm2-tools-llamacpp", "smollm2-prompt-llamacpp")
 
 
