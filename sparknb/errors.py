@@ -25,6 +25,10 @@ class EndpointError(SparknbError, RuntimeError):
     """The endpoint cannot be used as asked; the message says what was found and what to do."""
 
 
+class Refused(EndpointError):
+    """The server answered the request with an error status: it is up, and refused this request."""
+
+
 class GuardError(SparknbError, RuntimeError):
     """The machine is not quiet enough to measure; the message lists what was found and how to override."""
 

@@ -13,6 +13,7 @@ import pytest
 from bfcl_reference import multi_turn_check
 from support import outputs_text, run_notebook
 
+from sparknb.endpoint.tools import ToolCall
 from sparknb.errors import DataError, ParamsError
 from sparknb.runs.run import read_past, read_records, verify
 from sparknb.runs.study import start
@@ -21,7 +22,8 @@ from sparknb.serving.processes import free_port
 from sparknb.studies import agent
 from sparknb.studies.agent import figures, headline_rows, problems, traps
 from sparknb.studies.agent import plan as agent_plan
-from sparknb.studies.agent.measure import PROBE, counted
+from sparknb.studies.agent.measure import PROBE, counted, one
+from sparknb.studies.agent.sessions import UNDECODED, Session, parses, state
 from sparknb.studies.batch import bfcl, bfcl_turns, calls
 from sparknb.verdicts.verdict import Runs
 
@@ -230,6 +232,36 @@ def test_a_request_of_another_client_during_the_sessions_is_named(smollm2_tools,
                                     f"{step.completion_tokens}; another client was using it")
     (said,) = traps.counters([both])
     assert said.text.startswith("ANOTHER CLIENT USED THE SERVER during the sessions: the server generated")
+
+
+def test_a_call_cut_at_max_tokens_runs_nothing_and_the_refusal_that_follows_ends_only_its_turn(smollm2_tools,
+                                                                                               tmp_path):
+    """As BFCL's own loop: an answer whose call does not decode runs none of its calls and ends the turn, its message
+    going back as the model wrote it. llama-server then refuses the next turn's request (it cannot render the cut
+    call): that ends the turn, named with the fix, and the session and the run go on. A 20-session run of the real
+    model failed whole on it in its 10th session."""
+    entry = next(e for e in bfcl.entries("multi_turn_base") if "MessageAPI" in e["involved_classes"])
+    long = {"receiver_id": "USR002", "message": "The quarterly report is ready for your review, please read it "
+                                                "before the meeting on Friday afternoon."}
+    asked = [[{"role": "user", "content": REPEAT.format("send_message", json.dumps(long))}],
+             [{"role": "user", "content": "Thank you."}]]
+    cut = {"id": "cut_0", "question": asked, "initial_config": entry["initial_config"],
+           "involved_classes": ["MessageAPI"]}
+    study = start("agent", model=LIVE["model"], endpoint=smollm2_tools.url, outputs=str(tmp_path), seal=False,
+                  settings={"test": "cut"})
+    one(study, Session(cut, "native", 3, {"max_tokens": 30, "temperature": 0}, study.run.record))
+    records = study.records()
+    study.finish({})
+    steps, tools, turns = ([r for r in records if r.get("kind") == k] for k in ("step", "tools", "turn"))
+    assert steps[0]["finish_reason"] == "length" and not parses(ToolCall(**steps[0]["tool_calls"][0]))
+    assert tools[0]["calls"] == [] and "send_message" in tools[0]["parse_error"]
+    assert turns[0]["stopped"] == UNDECODED and turns[0]["steps"] == 1
+    assert turns[0]["state"] == state(bfcl.backends(cut))  # nothing ran
+    assert "refused the request (500): Failed to parse tool call arguments" in steps[1]["error"]
+    assert turns[1]["stopped"] == "error" and len(steps) == 2
+    (said,) = traps.failed(records)
+    assert said.text.startswith("REQUESTS FAILED: 1 request(s), e.g. session cut_0 turn 2 step 1")
+    assert said.text.endswith("Fix: raise max_tokens.")
 
 
 def test_tools_dropped_in_silence_are_caught_before_the_first_session(tmp_path, session_file):

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from ..errors import EndpointError
+from ..errors import EndpointError, Refused
 from ..runs.redaction import redact
 from .completion import Completion
 from .failures import garbled, late, lost, stalled, unreachable  # as wire.late etc. for both clients
@@ -271,7 +271,7 @@ def refused(route: Route, shown: str, reader: Reader) -> EndpointError | None:
     if reader.status == 401:
         return route.refusal(shown)
     if reader.status != 200:
-        return EndpointError(f"{shown} refused the request ({reader.status}): {error_message(reader.body)}")
+        return Refused(f"{shown} refused the request ({reader.status}): {error_message(reader.body)}")
     return None
 
 

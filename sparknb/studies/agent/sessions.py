@@ -11,9 +11,10 @@ each step's calls as executed and the backends' results, and each turn's final b
   and, for a session of one's own that carries BFCL's ground truth, its initial_config and ground_truth;
 - `step`: session, turn, step, sent (the messages added since the last request), and the answer
   (endpoint.completion.Completion's fields: text, tool_calls, cached_tokens, timings) with the server's view;
-- `tools`: session, turn, step, calls (each call string as executed; None where its arguments did not parse),
-  results (as the model was sent them), tool_s, parse_error, assistant (the message sent back for the answer);
-- `turn`: session, turn, stopped (answer, step cap or error), steps, state (each backend's public attributes).
+- `tools`: session, turn, step, calls (each call string as executed; none where one of the answer's calls did not
+  decode), results (as the model was sent them), tool_s, parse_error, assistant (the message sent back for it);
+- `turn`: session, turn, stopped (answer, step cap, error, or UNDECODED), steps, state (each backend's public
+  attributes).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from ..batch import bfcl
 
 GRADED = ("initial_config", "ground_truth")  # kept where a session of one's own carries its ground truth
 Request = tuple[dict, dict]  # (the record's tag, the chat request's fields besides the messages)
+UNDECODED = "a call did not decode"  # a turn's end as BFCL's loop ends it (none of the answer's calls ran); prompt
+# mode's text that is not calls is the model's answer, as problems reads it
 
 
 class Session:
@@ -63,9 +66,9 @@ class Session:
                 self.messages += pending
                 self.sent.append(list(self.messages))
                 answer = yield self.tag(turn, step, pending), self.fields
-                pending = self.after(turn, step, answer)
-                if pending is None:
-                    stopped = "answer" if "error" not in answer else "error"
+                pending, ended = self.after(turn, step, answer)
+                if ended:
+                    stopped = ended
                     break
             self.record({"kind": "turn", "session": self.id, "turn": turn, "stopped": stopped,
                          "steps": step + 1, "state": state(self.instances)})
@@ -73,28 +76,23 @@ class Session:
     def tag(self, turn: int, step: int, sent: list[dict]) -> dict:
         return {"kind": "step", "session": self.id, "turn": turn, "step": step, "sent": sent}
 
-    def after(self, turn: int, step: int, answer: dict) -> list[dict] | None:
-        """The answer taken in: its calls executed (recorded), the tool messages to send next, or None where the
-        turn ends (an answer without a call, or a request that failed)."""
+    def after(self, turn: int, step: int, answer: dict) -> tuple[list[dict], str | None]:
+        """The answer taken in: its calls executed (recorded), and the tool messages to send next, or why the turn
+        ends (an answer without a call, one whose calls did not all decode, or a request that failed). As
+        BFCL's own loop (base_handler: "Failed to decode the model response. Proceed to next turn."), an answer
+        with a call that does not decode runs none of its calls; its message still goes back as the model wrote
+        it, and a server that cannot render it refuses the next turn's request, as it would refuse BFCL's."""
         calls, problem = read_calls(answer, self.mode)
         self.messages.append(assistant(answer, calls, self.mode))
+        ran = [] if problem else calls
         t0 = time.perf_counter()
-        executed = [_as_call(c) for c in calls]
-        results = [bfcl.execute(call, self.instances) if call else f"Error during execution: {why}"
-                   for call, why in executed]
-        self.record({"kind": "tools", "session": self.id, "turn": turn, "step": step, "calls": [c for c, _ in executed],
+        executed = [c.as_call() for c in ran]
+        results = [bfcl.execute(call, self.instances) for call in executed]
+        self.record({"kind": "tools", "session": self.id, "turn": turn, "step": step, "calls": executed,
                      "results": results, "tool_s": time.perf_counter() - t0, "parse_error": problem,
                      "assistant": self.messages[-1]})
-        if not calls or "error" in answer:
-            return None
-        return [reply(c, r, self.mode) for c, r in zip(calls, results)]
-
-
-def _as_call(call: ToolCall) -> tuple[str | None, str]:
-    try:
-        return call.as_call(), ""
-    except ValueError as e:
-        return None, str(e)
+        ended = "error" if "error" in answer else UNDECODED if problem and calls else None if ran else "answer"
+        return [reply(c, r, self.mode) for c, r in zip(ran, results)] if not ended else [], ended
 
 
 def read_calls(answer: dict, mode: str) -> tuple[list[ToolCall], str | None]:

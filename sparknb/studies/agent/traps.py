@@ -6,8 +6,9 @@
   already sent from its cache; where it broke is the server's own re-rendering of the two prompts (the first
   differing token: before the end of the earlier prompt, the template rewrote an earlier turn; none, the server
   did not keep an unchanged prefix: its prompt cache is off, its slots too few, or the entry was evicted).
-- A tool call cut at max_tokens; calls written into the content by a server that parses none; a backend's error
-  that the model never saw (the turn ended on it, by the step cap).
+- A tool call cut at max_tokens; a request that failed (a conversation holding a call that did not decode is
+  refused); calls written into the content by a server that parses none; a backend's error that the model never
+  saw (the turn ended on it, by the step cap).
 Then what the live sessions achieved: their BFCL grades (grades) and their steps' call problems (problems).
 """
 
@@ -39,7 +40,8 @@ def findings(records: list[dict], engine_fix: str = "") -> list[Finding]:
         return [warning("No step was answered: there is nothing to measure.")] + levels
     out = [summary(table, per_session)] + blocks(records) + counters(records) + warm(records) + busy(records)
     out += cache_lost(table, [r for r in records if r.get("kind") == "cache_check"])
-    out += untimed(table, records) + cut(records) + in_content(records, engine_fix) + unseen(records)
+    out += untimed(table, records) + cut(records) + failed(records) + in_content(records, engine_fix)
+    out += unseen(records)
     out += grades.findings(records) + problems.findings(records)
     return out + levels
 
@@ -197,6 +199,21 @@ def cut(records: list[dict]) -> list[Finding]:
                     f"({r.get('completion_tokens')} tokens) in the middle of a call, e.g. session {r['session']} turn "
                     f"{r['turn'] + 1} step {r['step'] + 1}: the call does not parse, and the turn ends on it. Fix: "
                     "raise max_tokens.")]
+
+
+def failed(records: list[dict]) -> list[Finding]:
+    """Requests that failed, each ending its turn; where the session had sent a call that did not decode, the
+    server could not render the conversation (llama-server: "Failed to parse tool call arguments")."""
+    hits = [r for r in records if r.get("kind") == "step" and "error" in r]
+    if not hits:
+        return []
+    r, undecoded = hits[0], {t["session"] for t in records if t.get("kind") == "tools" and t.get("parse_error")}
+    why = (" That session's conversation held the model's own call that did not decode (cut at max_tokens, or "
+           "garbled), which the server cannot render; BFCL's own loop sends it back too, and fails there. Fix: raise "
+           "max_tokens." if r["session"] in undecoded else "")
+    return [warning(f"REQUESTS FAILED: {len(hits)} request(s), e.g. session {r['session']} turn {r['turn'] + 1} step "
+                    f"{r['step'] + 1}: {str(r['error'])[:200]}. Each ended its turn, graded as a turn without "
+                    f"calls.{why}")]
 
 
 def in_content(records: list[dict], engine_fix: str) -> list[Finding]:
