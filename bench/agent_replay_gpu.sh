@@ -14,7 +14,11 @@
 #   bash bench/step_split_prepare.sh                 # .device (llama.cpp source, tokenizer) and .whl (wheels)
 #   bash bench/agent_replay_prepare.sh RUN_FOLDER    # the live run, its signer's public key, openssh-client
 # then one call: `bash bench/agent_replay_gpu.sh` (COST_ONLY=1: the two benches alone), carrying .device and .whl.
-# Back in $OUT: session.log and runs.tgz.
+# Back in $OUT: session.log and runs.tgz. A live run of many long answers (20 sessions of SmolLM2: 75 steps, 16,481
+# tokens) does not fit one call of 10 minutes: PART=1 (the build, both GGUFs, the small model's two levels and the
+# benches), then PART=2 (the large model's, and the comparisons). On a machine still warm, PART=2 finds the build,
+# the GGUFs and PART=1's runs where it left them; on a fresh one it builds again, and PART=1's runs come from
+# runs.tgz unpacked here and carried (outputs/agent), their signer's key from $OUT/part1-signer.pub.
 # A CPU rehearsal: SMALL=1 WHEELS=0 PY=.venv/bin/python LLAMA_BIN=<folder of llama-server> bash bench/agent_replay_gpu.sh
 OUT=${OUT:-/tmp/agent-replay-out}
 LOGS=/tmp/agent-replay-logs
@@ -26,8 +30,12 @@ LIVE=$(ls -d "$ROOT"/.device/agent/outputs/agent/*/ 2>/dev/null | head -1)
 "$PY" -m sparknb trust "$(cat "$ROOT/.device/agent/signer.pub")" --as live-box
 "$PY" -m sparknb verify "$LIVE" || exit 1
 
+[ -f "$ROOT/.device/agent/part1-signer.pub" ] &&  # PART=1's runs, on a fresh machine: carried, signed there
+    "$PY" -m sparknb trust "$(cat "$ROOT/.device/agent/part1-signer.pub")" --as gpu-part-1
+
 stamp "two GGUFs, beside the build"
-gguf() { "$PY" docs/examples/h200-llamacpp/make_model.py "$DEV/models/$1-random-f16.gguf" --shape "$1" \
+gguf() { [ -s "$DEV/models/$1-random-f16.gguf" ] ||
+         "$PY" docs/examples/h200-llamacpp/make_model.py "$DEV/models/$1-random-f16.gguf" --shape "$1" \
          $([ "${SMALL:-0}" = 1 ] && echo --small); }
 (gguf qwen3-1.7b && gguf qwen3-4b) > "$LOGS/models.log" 2>&1 &
 writer=$!
@@ -70,8 +78,16 @@ if [ "${COST_ONLY:-0}" = 1 ]; then  # the two benches alone, on the small model:
     benches small-1.7b 8093
     kill "$SERVER"; wait "$SERVER" 2>/dev/null; exit 0
 fi
+SPECS=("qwen3-1.7b small-1.7b 8093" "qwen3-4b large-4b 8094")
+case "${PART:-all}" in 1) SPECS=("${SPECS[0]}") ;; 2) SPECS=("${SPECS[1]}") ;; esac
 declare -A RUNS
-for spec in "qwen3-1.7b small-1.7b 8093" "qwen3-4b large-4b 8094"; do
+for n in 1 4; do  # PART=2: PART=1's runs, by their level
+    for f in "$ROOT"/outputs/agent/*small-1.7b*/; do
+        [ "${PART:-all}" = 2 ] && [ -f "$f/manifest.json" ] && grep -q "\"in_flight\": $n\b" "$f/params.json" &&
+            RUNS[$n]="${f%/}, "
+    done
+done
+for spec in "${SPECS[@]}"; do
     read -r shape model port <<< "$spec"
     for n in 1 4; do  # each level on a server of its own: its slots hold no prompt of the level before
         stamp "$model: a replay at $n in flight on a fresh server ($(left) s left)"
@@ -84,7 +100,11 @@ for spec in "qwen3-1.7b small-1.7b 8093" "qwen3-4b large-4b 8094"; do
         kill "$SERVER"; wait "$SERVER" 2>/dev/null
     done
 done
+if [ "${PART:-all}" = 1 ]; then  # the key that signed this part's runs, for PART=2 on a fresh machine
+    "$PY" -c 'from sparknb.runs import signing; print(signing._public(signing.key()))' > "$OUT/part1-signer.pub"
+fi
 for n in 1 4; do
+    [ "${PART:-all}" = 1 ] && break
     stamp "the comparison at $n in flight"
     timeout 90 "$PY" -m sparknb run compare -p runs "[${RUNS[$n]%, }]" > "$LOGS/compare-$n.log" 2>&1
     folder=$(grep -oE 'sealed run: .*' "$LOGS/compare-$n.log" | sed 's/sealed run: //')
@@ -92,6 +112,6 @@ for n in 1 4; do
 done
 stamp "pack"
 tail -c 20000 "$LOGS/build.log" > "$LOGS/build-tail.log" 2>/dev/null; rm -f "$LOGS/build.log"
-tar -czf "$OUT/runs.tgz" --exclude='*.ipynb' outputs params/models/small-1.7b.yaml params/models/large-4b.yaml \
+tar -czf "$OUT/runs.tgz" --exclude='*.ipynb' outputs $(ls params/models/{small-1.7b,large-4b}.yaml 2>/dev/null) \
     -C /tmp agent-replay-logs
 stamp done
