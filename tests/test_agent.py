@@ -372,3 +372,13 @@ def test_the_time_before_a_prompt_that_the_server_does_not_count_is_named_with_w
     queued = _steps([0.6 + 0.0025 * n for n in prompts], prompts, in_flight=4)
     assert traps.untimed(figures.step_table(flat), flat) == []
     assert traps.untimed(figures.step_table(queued), queued) == []
+
+
+def test_a_call_cut_at_max_tokens_is_shown_by_a_step_whose_call_the_server_streamed_where_there_is_one():
+    """Prose holding a JSON example also counts as a call begun (4 of 5 such steps of a real 20-session run): the
+    example shown is the step whose call the server had begun to stream."""
+    prose = {"kind": "step", "session": "a", "turn": 0, "step": 0, "finish_reason": "length", "completion_tokens": 256,
+             "text": 'Here is a sample:\n```json\n{\n    "name": "Nv'}
+    streamed = {**prose, "session": "b", "text": "", "tool_calls": [{"name": "f", "arguments": '{"x": "'}]}
+    (said,) = traps.cut([prose, streamed])
+    assert said.text.startswith("TOOL CALL CUT AT max_tokens: 2 step(s)") and "session b turn 1 step 1" in said.text
