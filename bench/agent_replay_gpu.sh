@@ -16,9 +16,10 @@
 # then one call: `bash bench/agent_replay_gpu.sh` (COST_ONLY=1: the two benches alone), carrying .device and .whl.
 # Back in $OUT: session.log and runs.tgz. A live run of many long answers (20 sessions of SmolLM2: 75 steps, 16,481
 # tokens) does not fit one call of 10 minutes: PART=1 (the build, both GGUFs, the small model's two levels and the
-# benches), then PART=2 (the large model's, and the comparisons). On a machine still warm, PART=2 finds the build,
-# the GGUFs and PART=1's runs where it left them; on a fresh one it builds again, and PART=1's runs come from
-# runs.tgz unpacked here and carried (outputs/agent), their signer's key from $OUT/part1-signer.pub.
+# benches), then PART=2 (the large model's, and the comparisons): 513 and 504 s on an H100. On the machine still
+# warm, PART=2 found PART=1's runs under outputs/ but built again (.device-build, ignored only by .git/info/exclude,
+# was not kept); on a fresh one PART=1's runs come from runs.tgz unpacked here and carried (outputs/agent), their
+# signer's key from $OUT/part1-signer.pub.
 # A CPU rehearsal: SMALL=1 WHEELS=0 PY=.venv/bin/python LLAMA_BIN=<folder of llama-server> bash bench/agent_replay_gpu.sh
 OUT=${OUT:-/tmp/agent-replay-out}
 LOGS=/tmp/agent-replay-logs
