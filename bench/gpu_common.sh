@@ -37,10 +37,6 @@ build_llama() {  # the pinned llama-server and llama-bench for sm_90 into $DEV/b
         ln -sfn "$LLAMA_BIN" "$DEV/bin"
         return 0
     fi
-    if "$DEV/bin/llama-server" --version > "$LOGS/build.log" 2>&1; then  # where an earlier call's build is kept
-        stamp "llama.cpp: the build an earlier call left here"
-        return 0
-    fi
     stamp "llama.cpp: llama-server and llama-bench for sm_90"
     rm -rf "$DEV/src" && tar -xJf "$ROOT/.device/llama.cpp-src.tar.xz" -C "$DEV" && mv "$DEV/llama.cpp" "$DEV/src" ||
         return 1
