@@ -82,10 +82,9 @@ fi
 SPECS=("qwen3-1.7b small-1.7b 8093" "qwen3-4b large-4b 8094")
 case "${PART:-all}" in 1) SPECS=("${SPECS[0]}") ;; 2) SPECS=("${SPECS[1]}") ;; esac
 declare -A RUNS
-for n in 1 4; do  # PART=2: PART=1's runs, by their level
+[ "${PART:-all}" = 2 ] && for n in 1 4; do  # PART=1's runs, by their level
     for f in "$ROOT"/outputs/agent/*small-1.7b*/; do
-        [ "${PART:-all}" = 2 ] && [ -f "$f/manifest.json" ] && grep -q "\"in_flight\": $n\b" "$f/params.json" &&
-            RUNS[$n]="${f%/}, "
+        [ -f "$f/manifest.json" ] && grep -q "\"in_flight\": $n\b" "$f/params.json" && RUNS[$n]="${f%/}, "
     done
 done
 for spec in "${SPECS[@]}"; do
